@@ -1,0 +1,43 @@
+"""pytest-san: conformance testing of RDMA memory registration for SAN providers.
+
+The public names downstream tests use (SPEC.md section 5) are importable from here.
+"""
+
+from .errors import SanError, WsaError
+from .protocols import (
+    Backend,
+    Buffer,
+    Descriptor,
+    DmaAdapter,
+    Faults,
+    Handle,
+    Node,
+    PendingOperation,
+    Process,
+    Provider,
+    Proxy,
+    Socket,
+)
+from .switch import Connection, Endpoint, Switch
+from .types import (
+    DO_DIRECT_IO,
+    FOUR_GIB,
+    PAGE_SIZE,
+    SO_MAX_RDMA_SIZE,
+    SO_RDMA_THRESHOLD_SIZE,
+    Access,
+    CacheType,
+    Completion,
+    DeviceDescription,
+    Leak,
+    Status,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DO_DIRECT_IO", "FOUR_GIB", "PAGE_SIZE", "SO_MAX_RDMA_SIZE", "SO_RDMA_THRESHOLD_SIZE", "Access", "Backend",
+    "Buffer", "CacheType", "Completion", "Connection", "Descriptor", "DeviceDescription", "DmaAdapter",
+    "Endpoint", "Faults", "Handle", "Leak", "Node", "PendingOperation", "Process", "Provider", "Proxy",
+    "SanError", "Socket", "Status", "Switch", "WsaError",
+]

@@ -1,0 +1,118 @@
+"""The emulator backend: an in-process SAN of several nodes, the default for every test run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import SanError, WsaError
+from ..types import Leak
+from .fabric import Fabric
+from .node import EmulatedNode
+from .process import EmulatedProcess
+from .provider import EmulatedProvider
+from .proxy import EmulatedProxy
+from .sockets import EmulatedSocket
+
+Wrap = Callable[[Any, Any], Any]
+
+CAPABILITIES = frozenset({
+    "emulator", "rdma_read", "memory_windows", "physical_addresses", "nolowmem", "contiguous",
+    "dma_adapter", "faults", "process_kill",
+})
+
+
+class EmulatorBackend:
+    """``node_count`` nodes on one fabric; ``wrap_*`` let a project plug in its own provider or proxy."""
+
+    name = "emulator"
+
+    def __init__(self, node_count: int = 3, *, wrap_provider: Wrap | None = None,
+                 wrap_proxy: Wrap | None = None) -> None:
+        if node_count < 1:
+            raise ValueError(f"an emulated SAN needs at least one node, got {node_count}")
+        self.fabric = Fabric()
+        self._nodes: list[EmulatedNode] = []
+        for i in range(node_count):
+            node = EmulatedNode(f"node{i}")
+            base_proxy = EmulatedProxy(node.name)
+            node.proxy = wrap_proxy(node, base_proxy) if wrap_proxy else base_proxy
+            node.base_proxy = base_proxy
+            node.base_provider = EmulatedProvider(node.name, node.proxy, self.fabric,
+                                                  handle_base=(i + 1) << 24)
+            node.provider = (wrap_provider(node, node.base_provider) if wrap_provider
+                             else node.base_provider)
+            self._nodes.append(node)
+        self._faults = EmulatorFaults(self)
+        caps = set(CAPABILITIES)
+        if node_count >= 3:
+            caps.add("third_host")
+        self._capabilities = frozenset(caps)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return self._capabilities
+
+    @property
+    def nodes(self) -> Sequence[EmulatedNode]:
+        return self._nodes
+
+    @property
+    def faults(self) -> EmulatorFaults:
+        return self._faults
+
+    def connect_sockets(self, a: EmulatedProcess, b: EmulatedProcess) -> tuple[EmulatedSocket, EmulatedSocket]:
+        for process in (a, b):
+            if not process.alive:
+                raise SanError(WsaError.WSAENOTCONN, f"cannot connect: {process!r} is gone")
+        pa, pb = a.node.base_provider, b.node.base_provider
+        if not self.fabric.link_up(pa, pb):
+            raise SanError(WsaError.WSAENETDOWN, f"no link between {a.node.name} and {b.node.name}")
+        sa, sb = pa.new_socket(a), pb.new_socket(b)
+        self.fabric.connect(sa, sb)
+        return sa, sb
+
+    def sockets(self) -> list[EmulatedSocket]:
+        return [s for node in self._nodes for s in node.base_provider.sockets]
+
+    def leaks(self) -> list[Leak]:
+        found: list[Leak] = []
+        for node in self._nodes:
+            for sock in node.base_provider.sockets:
+                found += [Leak(node.name, "registration", f"{reg!r} on {sock!r}")
+                          for reg in node.base_provider.registrations(sock)]
+            found += node.base_proxy.leaks()
+        return found
+
+    def reset(self) -> None:
+        """Back to a clean SAN: links up, faults cleared, processes (and so sockets) gone, memory freed."""
+        self.fabric.restore_all()
+        for node in self._nodes:
+            node.restart()
+            node.base_proxy.reset()
+            node.base_proxy.nolowmem = False
+
+    def close(self) -> None:
+        self.reset()
+
+
+class EmulatorFaults:
+    """Fault injection on the emulated SAN."""
+
+    def __init__(self, backend: EmulatorBackend) -> None:
+        self._backend = backend
+
+    def fail_allocations(self, node: Any, count: int) -> None:
+        node.base_proxy.fail_next(count)
+
+    def drop_link(self, a: Any, b: Any) -> None:
+        self._backend.fabric.set_link(a.name, b.name, False, self._backend.sockets())
+
+    def restore_link(self, a: Any, b: Any) -> None:
+        self._backend.fabric.set_link(a.name, b.name, True, [])
+
+    def hold(self, socket: Any) -> None:
+        socket.provider.hold(socket)
+
+    def release(self, socket: Any) -> None:
+        socket.provider.release_held(socket)

@@ -1,0 +1,280 @@
+"""One end of a switch connection: its two registered regions, credits and transfers in flight."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SanError, WsaError
+from ..protocols import Buffer, PendingOperation, Process, Provider, Proxy, Socket
+from ..types import SO_MAX_RDMA_SIZE, Access, Status
+from .session import HEADER, Kind, Message, parse_src_avail, src_avail
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+
+@dataclasses.dataclass
+class _Incoming:
+    """Received application data in stream order; a large transfer is ready once its RDMA is done."""
+
+    data: bytes | None = None
+    sink: Buffer | None = None
+    length: int = 0
+    handle: int | None = None  # read mode: the sink's register_memory handle
+    descriptor: bytes | None = None  # write mode: the sink's RDMA descriptor
+    ops: list[PendingOperation] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class _Outgoing:
+    """A large send waiting for the peer: read mode holds a descriptor, write mode a handle and ops."""
+
+    source: Buffer
+    descriptor: bytes | None = None
+    handle: int | None = None
+    ops: list[PendingOperation] = dataclasses.field(default_factory=list)
+
+
+class Endpoint:
+    """A connected SAN socket driven by the switch. ``.socket .process .provider .proxy`` (SPEC 5)."""
+
+    def __init__(self, conn: Connection, name: str, socket: Socket, process: Process) -> None:
+        self.conn = conn
+        self.name = name
+        self.socket = socket
+        self.process = process
+        self.provider: Provider = process.node.provider
+        self.proxy: Proxy = process.node.proxy
+        self.peer: Endpoint
+        self.closed = False
+        self.error: str | None = None
+        count, size = conn.message_count, conn.message_size
+        # R9: exactly two virtually contiguous regions, one per direction.
+        self.send_region = process.alloc(count * size)
+        self.recv_region = process.alloc(count * size)
+        self.send_handle = self._call("register_memory", self.send_region, Access.READ)
+        self.recv_handle = self._call("register_memory", self.recv_region, Access.WRITE)
+        self.send_slots = [self.send_region.view(i * size, size) for i in range(count)]
+        self.free_slots = collections.deque(range(count))
+        self.sends: dict[int, PendingOperation] = {}  # slot -> send in flight
+        self.recvs: collections.deque[tuple[int, PendingOperation]] = collections.deque()
+        self.credits = count  # receives the peer has posted that we may consume
+        self.to_return = 0  # receives we reposted that the peer does not know of yet
+        self.outbox: collections.deque[Message] = collections.deque()
+        self.incoming: collections.deque[_Incoming] = collections.deque()
+        self.stream = bytearray()
+        self.reading: collections.deque[_Incoming] = collections.deque()  # read mode, sinks being read
+        self.awaiting_read: collections.deque[_Outgoing] = collections.deque()  # read mode, sender side
+        self.awaiting_sink: collections.deque[_Outgoing] = collections.deque()  # write mode, sender side
+        self.writing: collections.deque[_Outgoing] = collections.deque()  # write mode, writes in flight
+        for slot in range(count):
+            self._post_recv(slot)
+
+    # -- provider calls, traced so a scenario can see what the switch asked for (R9, R10)
+
+    def _call(self, method: str, *args: Any) -> Any:
+        self.conn.trace.append((self.name, method))
+        return getattr(self.provider, method)(self.socket, *args)
+
+    def _post_recv(self, slot: int) -> None:
+        size = self.conn.message_size
+        buf = self.recv_region.view(slot * size, size)
+        self.recvs.append((slot, self.provider.recv(self.socket, [(buf, self.recv_handle)])))
+
+    # -- the application's side
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` for the peer: inline messages, or RDMA above the threshold (R10)."""
+        self._check()
+        if len(data) > self.conn.rdma_threshold:
+            source = self.process.alloc(len(data))
+            source.write(data)
+            if self.conn.read_mode(self.peer):
+                desc = self._call("register_rdma_memory", source, Access.READ)
+                self.awaiting_read.append(_Outgoing(source, descriptor=desc))
+                self.outbox.append(src_avail(len(data), desc))
+            else:
+                self.awaiting_sink.append(_Outgoing(source))
+                self.outbox.append(src_avail(len(data)))
+        else:
+            chunk = self.conn.message_size - HEADER.size
+            for i in range(0, len(data), chunk):
+                self.outbox.append(Message(Kind.DATA, bytes(data[i:i + chunk])))
+        self.conn.progress()
+
+    def recv(self, nbytes: int, timeout: float = 10.0) -> bytes:
+        """Exactly ``nbytes`` of the peer's data, in order."""
+        self.conn.run_until(lambda: self._ready() >= nbytes, timeout, f"{nbytes} bytes on {self.name}")
+        out = bytes(self.stream[:nbytes])
+        del self.stream[:nbytes]
+        return out
+
+    def close(self) -> None:
+        """R11: deregister every region no pending operation uses, then close the socket."""
+        if self.closed:
+            return
+        self.closed = True
+        busy_recv = any(not op.done() for _, op in self.recvs)
+        busy_send = any(not op.done() for op in self.sends.values())
+        releases: list[tuple[str, Any]] = []
+        if not busy_send:
+            releases.append(("deregister_memory", self.send_handle))
+        if not busy_recv:
+            releases.append(("deregister_memory", self.recv_handle))
+        for item in self.incoming:
+            if item.handle is not None and not any(not op.done() for op in item.ops):
+                releases.append(("deregister_memory", item.handle))
+            if item.descriptor is not None:
+                releases.append(("deregister_rdma_memory", item.descriptor))
+        for out in (*self.awaiting_read, *self.writing):
+            if out.descriptor is not None:
+                releases.append(("deregister_rdma_memory", out.descriptor))
+            if out.handle is not None and not any(not op.done() for op in out.ops):
+                releases.append(("deregister_memory", out.handle))
+        if self.socket.closed or not self.process.alive:
+            return  # the socket is already gone (the process died): the provider released it
+        for method, key in releases:
+            self._call(method, key)
+        self._call("close_socket")
+
+    # -- progress
+
+    def _ready(self) -> int:
+        while self.incoming and self.incoming[0].data is not None:
+            data = self.incoming.popleft().data
+            assert data is not None
+            self.stream += data
+        return len(self.stream)
+
+    def _check(self) -> None:
+        if self.closed:
+            raise SanError(WsaError.WSAENOTSOCK, f"{self.name} is closed")
+        if self.error:
+            raise SanError(WsaError.WSAECONNRESET, f"{self.name}: {self.error}")
+
+    def _failed(self, what: str, status: Status) -> bool:
+        if status is Status.SUCCESS:
+            return False
+        self.error = self.error or f"{what} completed {status.name}"
+        return True
+
+    def progress(self) -> bool:
+        """Reap completions, handle messages, start what credits allow; True if anything moved."""
+        if self.closed or self.error:
+            return False
+        moved = self._reap_sends()
+        while self.recvs and self.recvs[0][1].done():
+            slot, op = self.recvs.popleft()
+            done = op.wait(0)
+            if self._failed("receive", done.status):
+                return True
+            size = self.conn.message_size
+            msg = Message.decode(self.recv_region.read(done.bytes, slot * size))
+            self._post_recv(slot)
+            self.to_return += 1
+            self.credits += msg.credits
+            self._handle(msg)
+            moved = True
+        moved = self._advance_rdma() or moved
+        return self._flush() or moved
+
+    def _reap_sends(self) -> bool:
+        moved = False
+        for slot, op in list(self.sends.items()):
+            if op.done():
+                del self.sends[slot]
+                self.free_slots.append(slot)
+                self._failed("send", op.wait(0).status)
+                moved = True
+        return moved
+
+    def _handle(self, msg: Message) -> None:
+        if msg.kind is Kind.DATA:
+            self.incoming.append(_Incoming(data=msg.payload))
+        elif msg.kind is Kind.SRC_AVAIL:
+            length, desc = parse_src_avail(msg)
+            sink = self.process.alloc(length)
+            item = _Incoming(sink=sink, length=length)
+            self.incoming.append(item)
+            if desc:  # read mode: pull the bytes from the sender's READ descriptor
+                item.handle = self._call("register_memory", sink, Access.WRITE)
+                self._rdma_chunks(item.ops, "rdma_read", sink, item.handle, desc)
+                self.reading.append(item)
+            else:  # write mode: let the sender write into a WRITE descriptor
+                item.descriptor = self._call("register_rdma_memory", sink, Access.WRITE)
+                self.outbox.append(Message(Kind.SINK_AVAIL, item.descriptor))
+        elif msg.kind is Kind.SINK_AVAIL:
+            out = self.awaiting_sink.popleft()
+            out.handle = self._call("register_memory", out.source, Access.READ)
+            self._rdma_chunks(out.ops, "rdma_write", out.source, out.handle, msg.payload)
+            self.writing.append(out)
+        elif msg.kind is Kind.RD_COMPL:
+            out = self.awaiting_read.popleft()
+            assert out.descriptor is not None
+            self._call("deregister_rdma_memory", out.descriptor)
+        elif msg.kind is Kind.WR_COMPL:
+            item = next(i for i in self.incoming if i.descriptor is not None)
+            assert item.descriptor is not None and item.sink is not None
+            self._call("deregister_rdma_memory", item.descriptor)
+            item.descriptor = None
+            item.data = item.sink.read(item.length)
+
+    def _rdma_chunks(self, ops: list[PendingOperation], method: str, local: Buffer, handle: int,
+                     descriptor: bytes) -> None:
+        step = self.provider.getsockopt(self.socket, SO_MAX_RDMA_SIZE)
+        for offset in range(0, local.length, step):
+            part = local.view(offset, min(step, local.length - offset))
+            ops.append(self._call(method, [(part, handle)], descriptor, offset))
+
+    def _advance_rdma(self) -> bool:
+        moved = False
+        while self.reading and all(op.done() for op in self.reading[0].ops):
+            item = self.reading.popleft()
+            for op in item.ops:
+                self._failed("RDMA read", op.wait(0).status)
+            if self.error:
+                return True
+            assert item.handle is not None and item.sink is not None
+            self._call("deregister_memory", item.handle)
+            item.handle = None
+            item.data = item.sink.read(item.length)
+            self.outbox.append(Message(Kind.RD_COMPL))
+            moved = True
+        while self.writing and all(op.done() for op in self.writing[0].ops):
+            out = self.writing.popleft()
+            for op in out.ops:
+                self._failed("RDMA write", op.wait(0).status)
+            if self.error:
+                return True
+            assert out.handle is not None
+            self._call("deregister_memory", out.handle)
+            self.outbox.append(Message(Kind.WR_COMPL))
+            moved = True
+        return moved
+
+    def _flush(self) -> bool:
+        moved = False
+        threshold = max(1, self.conn.message_count // 2)
+        if self.to_return >= threshold and not self.outbox:
+            self.outbox.append(Message(Kind.CREDIT))
+        while self.outbox and self.free_slots:
+            # Keep the last credit for a credit-only message, so neither side can starve the other.
+            reserve = 0 if self.outbox[0].kind is Kind.CREDIT else 1
+            if self.credits <= reserve:
+                break
+            msg = self.outbox.popleft()
+            slot = self.free_slots.popleft()
+            raw = msg.encode(self.to_return)
+            self.to_return = 0
+            self.credits -= 1
+            buf = self.send_slots[slot]
+            buf.write(raw)
+            self.sends[slot] = self.provider.send(self.socket, [(buf.view(0, len(raw)), self.send_handle)])
+            moved = True
+        return moved
+
+    def idle(self) -> bool:
+        """Nothing of ours is waiting to be sent or transferred."""
+        return not (self.outbox or self.awaiting_read or self.awaiting_sink or self.writing or self.reading)

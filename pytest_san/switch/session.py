@@ -1,0 +1,49 @@
+"""The switch's session protocol: message framing between the two ends of a connection.
+
+Every message starts with an 8-byte header: type, flags, the credits it returns (receives the
+sender reposted since its last message) and the payload length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+
+HEADER = struct.Struct("<BBHI")
+LENGTH = struct.Struct("<Q")
+
+
+class Kind(enum.IntEnum):
+    DATA = 1  # application bytes, inline
+    CREDIT = 2  # only returns credits
+    SRC_AVAIL = 3  # a large transfer: length, and (read mode) the sender's READ descriptor
+    SINK_AVAIL = 4  # write mode: the receiver's WRITE descriptor
+    RD_COMPL = 5  # the receiver finished reading the source
+    WR_COMPL = 6  # the sender finished writing the sink
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    kind: Kind
+    payload: bytes = b""
+    credits: int = 0
+
+    def encode(self, credits: int) -> bytes:
+        return HEADER.pack(self.kind, 0, credits, len(self.payload)) + self.payload
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Message:
+        kind, _flags, credits, length = HEADER.unpack_from(raw)
+        payload = raw[HEADER.size:HEADER.size + length]
+        if len(payload) != length:
+            raise ValueError(f"truncated {Kind(kind).name} message: {len(payload)} of {length} bytes")
+        return cls(Kind(kind), payload, credits)
+
+
+def src_avail(length: int, descriptor: bytes = b"") -> Message:
+    return Message(Kind.SRC_AVAIL, LENGTH.pack(length) + descriptor)
+
+
+def parse_src_avail(msg: Message) -> tuple[int, bytes]:
+    return LENGTH.unpack_from(msg.payload)[0], msg.payload[LENGTH.size:]
