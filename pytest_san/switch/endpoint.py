@@ -102,7 +102,8 @@ class Endpoint:
             chunk = self.conn.message_size - HEADER.size
             for i in range(0, len(data), chunk):
                 self.outbox.append(Message(Kind.DATA, bytes(data[i:i + chunk])))
-        self.conn.progress()
+        # Only our own side moves now; the peer's switch acts when its application calls recv.
+        self.progress()
 
     def recv(self, nbytes: int, timeout: float = 10.0) -> bytes:
         """Exactly ``nbytes`` of the peer's data, in order."""

@@ -1,0 +1,23 @@
+"""Fixtures only the conformance scenarios use (the public ones come from the plugin)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_san import Backend
+
+from .support import RawEnd
+
+
+@pytest.fixture
+def raw_pair(san_backend: Backend, san_switch: object) -> Iterator[tuple[RawEnd, RawEnd]]:
+    """A connected socket pair between the first two nodes, without the switch; closed afterwards."""
+    nodes = san_backend.nodes
+    pa, pb = nodes[0].default_process, nodes[min(1, len(nodes) - 1)].default_process
+    sa, sb = san_backend.connect_sockets(pa, pb)
+    ends = (RawEnd(sa, pa, pa.node.provider, pa.node.proxy), RawEnd(sb, pb, pb.node.provider, pb.node.proxy))
+    yield ends
+    for end in ends:
+        end.close()

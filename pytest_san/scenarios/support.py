@@ -1,0 +1,103 @@
+"""Helpers the scenarios share: guarded buffers and "was it rejected?" checks, all on the public API."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from pytest_san import Access, Buffer, Completion, Endpoint, SanError, Status
+
+GUARD = 64
+GUARD_BYTE = 0xA5
+TIMEOUT = 30.0  # Soft-RoCE under TCG is slow: be generous, the emulator never waits this long
+
+
+@dataclasses.dataclass
+class Guarded:
+    """A buffer with guard bytes either side of ``inner``; the guards must never change."""
+
+    whole: Buffer
+    inner: Buffer
+    fill: int
+
+    def intact(self) -> bool:
+        data = self.whole.read()
+        n = self.inner.length
+        return data[:GUARD] == bytes([GUARD_BYTE]) * GUARD and data[GUARD + n:] == bytes([GUARD_BYTE]) * GUARD
+
+    def unchanged(self) -> bool:
+        """Guards intact and the inner bytes still the fill pattern."""
+        return self.intact() and self.inner.read() == bytes([self.fill]) * self.inner.length
+
+
+def guarded(endpoint: Endpoint, nbytes: int, fill: int = 0x00) -> Guarded:
+    whole = endpoint.process.alloc(nbytes + 2 * GUARD)
+    whole.write(bytes([GUARD_BYTE]) * GUARD + bytes([fill]) * nbytes + bytes([GUARD_BYTE]) * GUARD)
+    return Guarded(whole, whole.view(GUARD, nbytes), fill)
+
+
+def source(endpoint: Endpoint, data: bytes, access: Access = Access.READ) -> tuple[Buffer, int]:
+    """A registered local buffer holding ``data``: a valid RDMA write source or send buffer."""
+    buf = endpoint.process.alloc(len(data))
+    buf.write(data)
+    return buf, endpoint.provider.register_memory(endpoint.socket, buf, access)
+
+
+def sink(endpoint: Endpoint, nbytes: int, access: Access = Access.WRITE) -> tuple[Guarded, int]:
+    """A registered local buffer (with guards) to receive into."""
+    g = guarded(endpoint, nbytes, fill=0x11)
+    return g, endpoint.provider.register_memory(endpoint.socket, g.inner, access)
+
+
+def window(endpoint: Endpoint, nbytes: int, access: Access, fill: int = 0x22) -> tuple[Guarded, bytes]:
+    """A guarded buffer registered for RDMA by ``endpoint``: (guarded buffer, descriptor)."""
+    g = guarded(endpoint, nbytes, fill)
+    return g, endpoint.provider.register_rdma_memory(endpoint.socket, g.inner, access)
+
+
+Outcome = Completion | SanError
+
+
+def attempt(call: Callable[[], Any]) -> Outcome:
+    """Run a provider call: a SanError, or the completion of the operation it started."""
+    try:
+        result = call()
+    except SanError as exc:
+        return exc
+    return result.wait(timeout=TIMEOUT)  # type: ignore[no-any-return]
+
+
+def rejected(outcome: Outcome) -> bool:
+    return isinstance(outcome, SanError) or outcome.status is not Status.SUCCESS
+
+
+def succeeded(outcome: Outcome, nbytes: int) -> bool:
+    return isinstance(outcome, Completion) and outcome.status is Status.SUCCESS and outcome.bytes == nbytes
+
+
+def write_into(initiator: Endpoint, descriptor: bytes, data: bytes, offset: int = 0) -> Outcome:
+    """RDMA-write ``data`` from a fresh registered source of ``initiator`` into ``descriptor``."""
+    buf, handle = source(initiator, data)
+    return attempt(lambda: initiator.provider.rdma_write(initiator.socket, [(buf, handle)], descriptor, offset))
+
+
+def read_from(initiator: Endpoint, descriptor: bytes, nbytes: int, offset: int = 0) -> tuple[Outcome, Guarded]:
+    """RDMA-read ``nbytes`` from ``descriptor`` into a fresh registered sink of ``initiator``."""
+    g, handle = sink(initiator, nbytes)
+    return attempt(lambda: initiator.provider.rdma_read(initiator.socket, [(g.inner, handle)], descriptor,
+                                                         offset)), g
+
+
+@dataclasses.dataclass
+class RawEnd:
+    """One end of a socket pair made without the switch (no message regions, no posted receives)."""
+
+    socket: Any
+    process: Any
+    provider: Any
+    proxy: Any
+
+    def close(self) -> None:
+        if not self.socket.closed and self.process.alive:
+            self.provider.close_socket(self.socket)

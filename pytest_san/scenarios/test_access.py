@@ -1,0 +1,285 @@
+"""Who may touch registered memory: R1, R2, R5, R6, R7, R8."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pytest_san import Access, Backend, Connection, Endpoint, Switch
+
+from .support import attempt, read_from, rejected, sink, source, succeeded, window, write_into
+
+DATA = bytes(range(256)) * 16  # 4 KiB
+
+
+@pytest.fixture
+def conn(san_switch: Switch) -> Connection:
+    return san_switch.connect()
+
+
+# -- R1: register_memory handles belong to one process and one socket ------------------------------
+
+
+@pytest.mark.san_rule("R1")
+def test_handle_works_in_its_own_process(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    target, desc = window(b, len(DATA), Access.WRITE)
+    assert succeeded(write_into(a, desc, DATA), len(DATA))
+    assert target.inner.read() == DATA and target.intact()
+
+
+@pytest.mark.san_rule("R1")
+def test_handle_from_another_process_is_rejected(san_switch: Switch, conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    other = san_switch.connect(peer=b.process, process=a.process.node.spawn_process()).local
+    buf, handle = source(a, DATA)  # a's handle ...
+    target, desc = window(b, len(DATA), Access.WRITE)
+    mine = other.process.alloc(len(DATA))
+    mine.write(b"\x77" * len(DATA))
+    other_desc = b.provider.register_rdma_memory(other.peer.socket, target.inner, Access.WRITE)
+    # ... used by another process, with its own buffer and with a's buffer: both rejected.
+    assert rejected(attempt(lambda: other.provider.rdma_write(other.socket, [(mine, handle)], other_desc, 0)))
+    assert target.unchanged()
+
+
+@pytest.mark.san_rule("R1")
+def test_handle_from_another_process_buffer_is_rejected(san_switch: Switch, conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    other = san_switch.connect(peer=b.process, process=a.process.node.spawn_process()).local
+    buf, handle = source(a, DATA)
+    target, _ = window(b, len(DATA), Access.WRITE)
+    other_desc = b.provider.register_rdma_memory(other.peer.socket, target.inner, Access.WRITE)
+    assert rejected(attempt(lambda: other.provider.rdma_write(other.socket, [(buf, handle)], other_desc, 0)))
+    assert target.unchanged()
+
+
+@pytest.mark.san_rule("R1")
+def test_handle_on_another_socket_of_the_same_process_is_rejected(san_switch: Switch, conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    second = san_switch.connect(peer=b.process, process=a.process).local
+    buf, handle = source(a, DATA)  # registered on the first socket
+    target, _ = window(b, len(DATA), Access.WRITE)
+    desc2 = b.provider.register_rdma_memory(second.peer.socket, target.inner, Access.WRITE)
+    assert rejected(attempt(lambda: second.provider.rdma_write(second.socket, [(buf, handle)], desc2, 0)))
+    assert target.unchanged()
+
+
+@pytest.mark.san_rule("R1", "R14")
+def test_registering_another_process_buffer_is_efault(conn: Connection) -> None:
+    from pytest_san import SanError, WsaError
+
+    a, b = conn.local, conn.remote
+    foreign = b.process.alloc(4096)
+    with pytest.raises(SanError) as err:
+        a.provider.register_memory(a.socket, foreign, Access.READ)
+    # Either the range is not mapped in a's address space, or it names a's own memory: never b's.
+    assert err.value.code is WsaError.WSAEFAULT
+
+
+# -- R2: descriptors work only for the connected peer, on that connection ---------------------------
+
+
+@pytest.mark.san_rule("R2")
+def test_descriptor_works_for_connected_peer(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    target, desc = window(b, len(DATA), Access.READWRITE)
+    assert succeeded(write_into(a, desc, DATA), len(DATA))
+    outcome, landed = read_from(a, desc, len(DATA))
+    assert succeeded(outcome, len(DATA)) and landed.inner.read() == DATA and landed.intact()
+
+
+def _intruders_rejected(san_switch: Switch, owner: Endpoint, make: Callable[[], Endpoint]) -> None:
+    """A write and a read through ``owner``'s descriptor, each from a fresh intruding connection."""
+    target, desc = window(owner, len(DATA), Access.READWRITE)
+    assert rejected(write_into(make(), desc, DATA))
+    assert target.unchanged()
+    outcome, landed = read_from(make(), desc, len(DATA))
+    assert rejected(outcome) and landed.unchanged()
+
+
+@pytest.mark.san_rule("R2")
+def test_descriptor_on_another_connection_between_same_processes(san_switch: Switch, conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    _intruders_rejected(san_switch, b, lambda: san_switch.connect(peer=b.process, process=a.process).local)
+
+
+@pytest.mark.san_rule("R2")
+def test_descriptor_from_another_process_on_the_initiator_host(san_switch: Switch, conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    node = a.process.node
+    _intruders_rejected(san_switch, b, lambda: san_switch.connect(peer=b.process, process=node.spawn_process()).local)
+
+
+@pytest.mark.san_rule("R2")
+@pytest.mark.san_requires("third_host")
+def test_descriptor_from_a_third_host(san_switch: Switch, san_backend: Backend, conn: Connection) -> None:
+    b = conn.remote
+    third = san_backend.nodes[2]
+    _intruders_rejected(san_switch, b, lambda: san_switch.connect(peer=b.process, process=third).local)
+
+
+@pytest.mark.san_rule("R2")
+def test_own_descriptor_is_not_a_remote_target(conn: Connection) -> None:
+    a = conn.local
+    target, desc = window(a, len(DATA), Access.READWRITE)  # a's own window: only the peer may use it
+    assert rejected(write_into(a, desc, DATA))
+    assert target.unchanged()
+
+
+# -- R5: nothing is exposed to other processes or hosts --------------------------------------------
+
+
+@pytest.mark.san_rule("R5")
+def test_same_address_in_another_process_is_not_the_registered_memory(san_switch: Switch,
+                                                                      conn: Connection) -> None:
+    from pytest_san import SanError
+
+    a, b = conn.local, conn.remote
+    secret = b"S" * 4096
+    buf, _ = source(a, secret)
+    neighbour = san_switch.connect(peer=b.process, process=a.process.node.spawn_process()).local
+    probe = neighbour.process.buffer_at(buf.address, buf.length)
+    try:
+        desc = neighbour.provider.register_rdma_memory(neighbour.socket, probe, Access.READ)
+    except SanError:
+        return  # not mapped in the neighbour: nothing to expose
+    outcome, landed = read_from(neighbour.peer, desc, 4096)
+    assert succeeded(outcome, 4096)
+    assert landed.inner.read() != secret  # the neighbour's own bytes, never a's
+
+
+@pytest.mark.san_rule("R5", "R2")
+def test_registration_not_reachable_from_processes_on_the_owner_host(san_switch: Switch,
+                                                                     conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    node = a.process.node
+    # a's memory, reached by b over a connection to a neighbour process of a: never.
+    _intruders_rejected(san_switch, a, lambda: san_switch.connect(peer=node.spawn_process(), process=b.process).local)
+
+
+# -- R6: read-only memory is never written ---------------------------------------------------------
+
+
+@pytest.mark.san_rule("R6")
+def test_peer_write_into_read_descriptor_is_rejected(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    target, desc = window(b, len(DATA), Access.READ)
+    assert rejected(write_into(a, desc, DATA))
+    assert target.unchanged()
+
+
+@pytest.mark.san_rule("R6")
+def test_peer_read_from_read_descriptor_works(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    target, desc = window(b, len(DATA), Access.READ, fill=0x5A)
+    outcome, landed = read_from(a, desc, len(DATA))
+    assert succeeded(outcome, len(DATA)) and landed.inner.read() == b"\x5a" * len(DATA)
+
+
+@pytest.mark.san_rule("R6")
+def test_read_handle_as_receive_buffer_is_rejected(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    g, handle = sink(b, 256, Access.READ)
+    buf, sh = source(a, b"m" * 256)
+    recv = attempt(lambda: b.provider.recv(b.socket, [(g.inner, handle)]))
+    assert rejected(recv)
+    assert g.unchanged()
+
+
+@pytest.mark.san_rule("R6")
+def test_read_handle_as_rdma_read_sink_is_rejected(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    _, desc = window(b, len(DATA), Access.READ, fill=0x5A)
+    g, handle = sink(a, len(DATA), Access.READ)
+    assert rejected(attempt(lambda: a.provider.rdma_read(a.socket, [(g.inner, handle)], desc, 0)))
+    assert g.unchanged()
+
+
+# -- R7: write-only memory is never read -----------------------------------------------------------
+
+
+@pytest.mark.san_rule("R7")
+def test_peer_read_from_write_descriptor_is_rejected(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    _, desc = window(b, len(DATA), Access.WRITE, fill=0x5A)
+    outcome, landed = read_from(a, desc, len(DATA))
+    assert rejected(outcome) and landed.unchanged()
+
+
+@pytest.mark.san_rule("R7")
+def test_write_handle_as_rdma_write_source_is_rejected(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    target, desc = window(b, len(DATA), Access.WRITE)
+    buf, handle = source(a, DATA, Access.WRITE)
+    assert rejected(attempt(lambda: a.provider.rdma_write(a.socket, [(buf, handle)], desc, 0)))
+    assert target.unchanged()
+
+
+@pytest.mark.san_rule("R7")
+def test_write_handle_as_send_source_is_rejected(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    g, rh = sink(b, 256)
+    b.provider.recv(b.socket, [(g.inner, rh)])
+    buf, handle = source(a, b"w" * 256, Access.WRITE)
+    assert rejected(attempt(lambda: a.provider.send(a.socket, [(buf, handle)])))
+    assert g.unchanged()
+
+
+@pytest.mark.san_rule("R7")
+def test_readwrite_allows_both(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    target, desc = window(b, len(DATA), Access.READWRITE)
+    assert succeeded(write_into(a, desc, DATA), len(DATA))
+    outcome, landed = read_from(a, desc, len(DATA))
+    assert succeeded(outcome, len(DATA)) and landed.inner.read() == DATA
+
+
+# -- R8: bounds ------------------------------------------------------------------------------------
+
+
+@pytest.mark.san_rule("R8")
+@pytest.mark.parametrize("offset,length", [(0, 4097), (4000, 97), (4096, 1), (1 << 20, 16)])
+def test_write_past_the_registered_range_is_rejected(conn: Connection, offset: int, length: int) -> None:
+    a, b = conn.local, conn.remote
+    target, desc = window(b, 4096, Access.WRITE)
+    assert rejected(write_into(a, desc, b"o" * length, offset))
+    assert target.unchanged()
+
+
+@pytest.mark.san_rule("R8")
+@pytest.mark.parametrize("offset,length", [(0, 4097), (4095, 2)])
+def test_read_past_the_registered_range_is_rejected(conn: Connection, offset: int, length: int) -> None:
+    a, b = conn.local, conn.remote
+    _, desc = window(b, 4096, Access.READ)
+    outcome, landed = read_from(a, desc, length, offset)
+    assert rejected(outcome) and landed.unchanged()
+
+
+@pytest.mark.san_rule("R8")
+def test_exact_fit_at_the_end_is_allowed(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    target, desc = window(b, 4096, Access.WRITE)
+    assert succeeded(write_into(a, desc, b"E" * 96, 4000), 96)
+    assert target.inner.read(96, 4000) == b"E" * 96
+    assert target.inner.read(4000) == b"\x22" * 4000 and target.intact()
+
+
+@pytest.mark.san_rule("R8")
+def test_local_buffer_past_its_registration_is_rejected(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    whole = a.process.alloc(8192)
+    handle = a.provider.register_memory(a.socket, whole.view(0, 4096), Access.READ)
+    target, desc = window(b, 8192, Access.WRITE)
+    assert rejected(attempt(lambda: a.provider.rdma_write(a.socket, [(whole.view(2048, 4096), handle)], desc, 0)))
+    assert target.unchanged()
+
+
+@pytest.mark.san_rule("R8")
+def test_scatter_gather_lands_in_order(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    parts = [source(a, bytes([i]) * 1000) for i in (1, 2, 3)]
+    target, desc = window(b, 3000, Access.WRITE)
+    outcome = attempt(lambda: a.provider.rdma_write(a.socket, parts, desc, 0))
+    assert succeeded(outcome, 3000)
+    assert target.inner.read() == b"\x01" * 1000 + b"\x02" * 1000 + b"\x03" * 1000 and target.intact()

@@ -1,0 +1,162 @@
+"""R14: the error codes of SPEC.md section 2, each provoked and checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_san import Access, Backend, Connection, SanError, Status, Switch, WsaError
+
+from .support import TIMEOUT, RawEnd, attempt, sink, source, window
+
+
+@pytest.fixture
+def conn(san_switch: Switch) -> Connection:
+    return san_switch.connect()
+
+
+def _code(call: object) -> WsaError:
+    assert callable(call)
+    with pytest.raises(SanError) as err:
+        call()
+    return err.value.code
+
+
+@pytest.mark.san_rule("R14")
+@pytest.mark.parametrize("flags", [0, 4, 7, -1, 0x10])
+def test_bad_access_flags_are_einval(conn: Connection, flags: int) -> None:
+    a = conn.local
+    buf = a.process.alloc(64)
+    assert _code(lambda: a.provider.register_memory(a.socket, buf, flags)) is WsaError.WSAEINVAL
+    assert _code(lambda: a.provider.register_rdma_memory(a.socket, buf, flags)) is WsaError.WSAEINVAL
+
+
+@pytest.mark.san_rule("R14")
+def test_unmapped_or_empty_buffer_is_efault(conn: Connection) -> None:
+    a = conn.local
+    buf = a.process.alloc(4096)
+    for bad in (a.process.buffer_at(0x1000, 4096),  # never mapped
+                a.process.buffer_at(buf.address, 1 << 30),  # runs off the end of the mapping
+                buf.view(0, 0)):  # empty
+        for register in (a.provider.register_memory, a.provider.register_rdma_memory):
+            assert _code(lambda: register(a.socket, bad, Access.READ)) is WsaError.WSAEFAULT
+
+
+@pytest.mark.san_rule("R14")
+def test_descriptor_too_small_probe(conn: Connection) -> None:
+    a = conn.local
+    buf = a.process.alloc(4096)
+    before = len(a.provider.registrations(a.socket))
+    with pytest.raises(SanError) as err:
+        a.provider.register_rdma_memory(a.socket, buf, Access.READ, descriptor_size=1)
+    assert err.value.code is WsaError.WSAEFAULT
+    needed = err.value.required_size
+    assert isinstance(needed, int) and needed > 1
+    assert len(a.provider.registrations(a.socket)) == before  # the probe registered nothing
+    desc = a.provider.register_rdma_memory(a.socket, buf, Access.READ, descriptor_size=needed)
+    assert len(desc) <= needed
+    a.provider.deregister_rdma_memory(a.socket, desc)
+
+
+@pytest.mark.san_rule("R14")
+def test_malformed_descriptor_is_einval(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    buf, handle = source(a, b"x" * 64)
+    _, desc = window(b, 64, Access.WRITE)
+    for bad in (b"", desc[:-1], desc + b"\0"):
+        assert _code(lambda: a.provider.rdma_write(a.socket, [(buf, handle)], bad, 0)) is WsaError.WSAEINVAL
+        assert _code(lambda: b.provider.deregister_rdma_memory(b.socket, bad)) is WsaError.WSAEINVAL
+
+
+@pytest.mark.san_rule("R14")
+def test_too_many_buffers_is_einval(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    parts = [source(a, b"p" * 8) for _ in range(64)]
+    _, desc = window(b, 64 * 8, Access.WRITE)
+    assert _code(lambda: a.provider.rdma_write(a.socket, parts, desc, 0)) is WsaError.WSAEINVAL
+
+
+@pytest.mark.san_rule("R14")
+def test_full_queue_is_enetdown(conn: Connection) -> None:
+    b = conn.remote
+    g, handle = sink(b, 16)
+    posted = []
+    with pytest.raises(SanError) as err:
+        for _ in range(100_000):  # far beyond any receive queue
+            posted.append(b.provider.recv(b.socket, [(g.inner, handle)]))
+    assert err.value.code is WsaError.WSAENETDOWN
+    assert posted and not any(op.done() for op in posted)
+
+
+@pytest.mark.san_rule("R14", "R4")
+def test_closed_socket_is_enotsock(conn: Connection) -> None:
+    a = conn.local
+    buf = a.process.alloc(64)
+    a.close()
+    assert _code(lambda: a.provider.register_memory(a.socket, buf, Access.READ)) is WsaError.WSAENOTSOCK
+    assert _code(lambda: a.provider.close_socket(a.socket)) is WsaError.WSAENOTSOCK
+
+
+@pytest.mark.san_rule("R14", "R4")
+def test_disconnected_socket_is_enotconn(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    buf, handle = source(b, b"y" * 64)
+    a.close()
+    fresh = b.process.alloc(64)
+    assert _code(lambda: b.provider.register_memory(b.socket, fresh, Access.READ)) is WsaError.WSAENOTCONN
+    assert _code(lambda: b.provider.send(b.socket, [(buf, handle)])) is WsaError.WSAENOTCONN
+
+
+@pytest.mark.san_rule("R14")
+def test_rdma_read_supported_or_eopnotsupp(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    _, desc = window(b, 64, Access.READ, fill=0x42)
+    g, handle = sink(a, 64)
+    if a.provider.supports_rdma_read:
+        done = attempt(lambda: a.provider.rdma_read(a.socket, [(g.inner, handle)], desc, 0))
+        assert not isinstance(done, SanError) and done.status is Status.SUCCESS
+        assert g.inner.read() == b"\x42" * 64
+    else:
+        assert _code(lambda: a.provider.rdma_read(a.socket, [(g.inner, handle)], desc, 0)) \
+            is WsaError.WSAEOPNOTSUPP
+
+
+@pytest.mark.san_rule("R14")
+def test_pending_then_aborted_on_close(conn: Connection) -> None:
+    b = conn.remote
+    g, handle = sink(b, 64)
+    op = b.provider.recv(b.socket, [(g.inner, handle)])
+    assert not op.done()  # WSA_IO_PENDING
+    with pytest.raises(TimeoutError):
+        op.wait(timeout=0.01)
+    b.close()
+    assert op.wait(timeout=TIMEOUT).status is Status.ABORTED  # WSA_OPERATION_ABORTED
+
+
+@pytest.mark.san_rule("R14")
+def test_receive_too_small_is_local_length(raw_pair: tuple[RawEnd, RawEnd]) -> None:
+    a, b = raw_pair
+    g, handle = sink(b, 16)
+    recv = b.provider.recv(b.socket, [(g.inner, handle)])
+    buf, sh = source(a, b"L" * 64)
+    send = attempt(lambda: a.provider.send(a.socket, [(buf, sh)]))
+    assert recv.wait(timeout=TIMEOUT).status is Status.LOCAL_LENGTH
+    assert isinstance(send, SanError) or send.status is not Status.SUCCESS
+    assert g.unchanged()
+
+
+@pytest.mark.san_rule("R14")
+@pytest.mark.san_requires("faults")
+def test_link_drop_is_connection_reset(san_backend: Backend, conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    assert san_backend.faults is not None
+    g, handle = sink(a, 64)
+    pending = a.provider.recv(a.socket, [(g.inner, handle)])
+    san_backend.faults.drop_link(a.process.node, b.process.node)
+    try:
+        assert pending.wait(timeout=TIMEOUT).status is Status.CONNECTION_RESET  # WSAECONNRESET
+        with pytest.raises(SanError) as err:
+            a.send(b"after the drop")
+            a.recv(1, timeout=1)
+        assert err.value.code in (WsaError.WSAECONNRESET, WsaError.WSAENOTCONN)
+    finally:
+        san_backend.faults.restore_link(a.process.node, b.process.node)

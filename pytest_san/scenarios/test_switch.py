@@ -1,0 +1,167 @@
+"""What the switch registers and how it tears down: R9, R10, R11."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_san import Access, Connection, Endpoint, SanError, Status, Switch, WsaError
+
+from .support import TIMEOUT, sink, source, window
+
+THRESHOLD = 8192
+
+
+def _memory_regions(end: Endpoint) -> list[object]:
+    return [r for r in end.provider.registrations(end.socket) if r.kind == "memory"]
+
+
+def _rdma_calls(conn: Connection) -> list[tuple[str, str]]:
+    return [t for t in conn.trace if t[1] in ("register_rdma_memory", "rdma_read", "rdma_write")]
+
+
+# -- R9: two virtually contiguous regions per connected socket -------------------------------------
+
+
+@pytest.mark.san_rule("R9")
+def test_connect_registers_exactly_two_regions_per_side(san_switch: Switch) -> None:
+    conn = san_switch.connect()
+    for end in (conn.local, conn.remote):
+        regions = end.provider.registrations(end.socket)
+        assert len(regions) == 2 and all(r.kind == "memory" for r in regions)
+        first, second = sorted(regions, key=lambda r: r.address)
+        assert first.address + first.length <= second.address  # two separate ranges
+        # One for sending (the provider reads it), one for posted receives (the provider writes it).
+        assert any(r.access & Access.READ for r in regions) and any(r.access & Access.WRITE for r in regions)
+    assert conn.trace.count(("local", "register_memory")) == 2
+    assert conn.trace.count(("remote", "register_memory")) == 2
+
+
+@pytest.mark.san_rule("R9", "R10")
+def test_message_traffic_uses_only_the_two_regions(san_switch: Switch) -> None:
+    conn = san_switch.connect(rdma_threshold=THRESHOLD)
+    payload = bytes(range(256)) * 24  # 6 KiB: below the threshold, several messages
+    for _ in range(20):  # more messages than receive buffers: flow control must hold
+        conn.local.send(payload)
+        conn.remote.send(payload[:100])
+    assert conn.remote.recv(len(payload) * 20) == payload * 20
+    assert conn.local.recv(2000) == payload[:100] * 20
+    for end in (conn.local, conn.remote):
+        assert len(_memory_regions(end)) == 2
+        assert len(end.provider.registrations(end.socket)) == 2
+    assert _rdma_calls(conn) == []
+
+
+# -- R10: RDMA only above the threshold, by RdmaRead or (peer without it) RdmaWrite ----------------
+
+
+@pytest.mark.san_rule("R10")
+@pytest.mark.parametrize("size", [THRESHOLD + 1, 200_000, 3 << 20])
+def test_large_transfer_moves_by_rdma_read(san_switch: Switch, size: int) -> None:
+    conn = san_switch.connect(rdma_threshold=THRESHOLD)
+    if not conn.remote.provider.supports_rdma_read:
+        pytest.skip("the receiving provider has no RdmaRead: covered by the write variant")
+    data = (bytes(range(251)) * (size // 251 + 1))[:size]
+    conn.local.send(data)
+    # The sender exposed its data as a READ descriptor; nothing is read before the receiver asks.
+    assert ("local", "register_rdma_memory") in conn.trace
+    assert conn.remote.recv(size, timeout=TIMEOUT) == data
+    assert ("remote", "rdma_read") in conn.trace and ("local", "rdma_write") not in conn.trace
+    conn.flush(timeout=TIMEOUT)
+    for end in (conn.local, conn.remote):  # the transfer's registrations are gone again
+        assert len(end.provider.registrations(end.socket)) == 2
+
+
+@pytest.mark.san_rule("R10")
+@pytest.mark.parametrize("size", [THRESHOLD + 1, 1 << 20])
+def test_large_transfer_moves_by_rdma_write_when_peer_lacks_read(san_switch: Switch, size: int) -> None:
+    conn = san_switch.connect(rdma_threshold=THRESHOLD, rdma_mode="write")
+    data = (b"0123456789abcdef" * (size // 16 + 1))[:size]
+    conn.local.send(data)
+    assert conn.remote.recv(size, timeout=TIMEOUT) == data
+    assert ("remote", "register_rdma_memory") in conn.trace  # the peer offered a WRITE descriptor
+    assert ("local", "rdma_write") in conn.trace and ("remote", "rdma_read") not in conn.trace
+    conn.flush(timeout=TIMEOUT)
+    for end in (conn.local, conn.remote):
+        assert len(end.provider.registrations(end.socket)) == 2
+
+
+@pytest.mark.san_rule("R10")
+def test_threshold_boundary_and_mixed_order(san_switch: Switch) -> None:
+    conn = san_switch.connect(rdma_threshold=THRESHOLD)
+    pieces = [b"a" * THRESHOLD, b"b" * (THRESHOLD + 1), b"c" * 10, b"d" * 50_000, b"e" * 3]
+    for piece in pieces:
+        conn.local.send(piece)
+    assert conn.remote.recv(sum(map(len, pieces)), timeout=TIMEOUT) == b"".join(pieces)
+    registered = [t for t in conn.trace if t == ("local", "register_rdma_memory")]
+    assert len(registered) == 2  # only the two pieces above the threshold went by RDMA
+
+
+@pytest.mark.san_rule("R10")
+def test_auto_mode_follows_the_peer_capability(san_switch: Switch) -> None:
+    conn = san_switch.connect(rdma_threshold=THRESHOLD)
+    conn.local.send(b"z" * (THRESHOLD * 2))
+    assert conn.remote.recv(THRESHOLD * 2, timeout=TIMEOUT) == b"z" * (THRESHOLD * 2)
+    used_read = ("remote", "rdma_read") in conn.trace
+    assert used_read is conn.remote.provider.supports_rdma_read
+
+
+# -- R11: close deregisters what is idle; the provider releases the rest ---------------------------
+
+
+@pytest.mark.san_rule("R11")
+def test_close_releases_everything(san_switch: Switch) -> None:
+    conn = san_switch.connect()
+    a, b = conn.local, conn.remote
+    base_a, base_b = a.proxy.live_allocations(), b.proxy.live_allocations()
+    conn.local.send(b"hello")
+    assert conn.remote.recv(5) == b"hello"
+    conn.close()
+    assert a.socket.closed and b.socket.closed
+    # Nothing of these sockets is registered any more, and the proxies gave the memory back.
+    assert a.proxy.live_allocations() <= base_a - 2 and b.proxy.live_allocations() <= base_b - 2
+
+
+@pytest.mark.san_rule("R11")
+def test_close_with_operations_in_flight(san_switch: Switch) -> None:
+    conn = san_switch.connect()
+    a, b = conn.local, conn.remote
+    before = a.proxy.live_allocations()
+    g, handle = sink(a, 1024)
+    pending = a.provider.recv(a.socket, [(g.inner, handle)])  # in flight: nothing will arrive
+    buf, h2 = source(a, b"q" * 512)  # idle: the switch must deregister nothing it doesn't own,
+    a.provider.deregister_memory(a.socket, h2)  # but the application may before close
+    _, desc = window(a, 4096, Access.READ)
+    assert not pending.done()
+    a.close()
+    done = pending.wait(timeout=TIMEOUT)
+    assert done.status is Status.ABORTED
+    # The switch deregistered the idle send region; the busy receive region and the application's
+    # registrations were released by the provider at close.
+    assert ("local", "deregister_memory") in conn.trace
+    assert a.proxy.live_allocations() <= before - 2
+    with pytest.raises(SanError) as err:
+        a.provider.deregister_rdma_memory(a.socket, desc)
+    assert err.value.code in (WsaError.WSAENOTSOCK, WsaError.WSAEINVAL)
+
+
+@pytest.mark.san_rule("R11")
+def test_close_during_a_large_transfer(san_switch: Switch) -> None:
+    conn = san_switch.connect(rdma_threshold=THRESHOLD)
+    a = conn.local
+    before = a.proxy.live_allocations()
+    a.send(b"L" * 100_000)  # the READ descriptor stays registered until the peer has read it
+    assert len(a.provider.registrations(a.socket)) == 3
+    conn.close()
+    assert a.proxy.live_allocations() <= before - 2
+
+
+@pytest.mark.san_rule("R11", "R4")
+def test_peer_close_completes_pending_receive(san_switch: Switch) -> None:
+    conn = san_switch.connect()
+    a, b = conn.local, conn.remote
+    g, handle = sink(b, 128)
+    pending = b.provider.recv(b.socket, [(g.inner, handle)])
+    a.close()
+    done = pending.wait(timeout=TIMEOUT)
+    assert done.status is not Status.SUCCESS and g.unchanged()
+    b.close()
