@@ -1,0 +1,1 @@
+"""Hardware-in-the-loop backend: drives SAN providers on real RDMA lab hosts."""
