@@ -1,0 +1,19 @@
+"""pytest-san's pytest plugin (the ``pytest11`` entry point ``san``).
+
+This module only wires the parts together: ``hookspecs`` declares the hooks other plugins may
+implement, ``hooks`` holds options, markers, capability skips and the conformance report,
+``fixtures`` holds ``san_backend``, ``san_switch``, ``san_provider``, ``san_proxy`` and the leak check.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import hookspecs
+
+# Registered under their module names, so ``-p no:pytest_san.plugin.fixtures`` works as usual.
+pytest_plugins = ["pytest_san.plugin.hooks", "pytest_san.plugin.fixtures"]
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)

@@ -1,0 +1,72 @@
+"""Hooks pytest-san offers to conftest.py files and other plugins.
+
+Registered through ``pytest_addhooks``. Implement them in a conftest.py or plugin, e.g.::
+
+    def pytest_san_make_provider(config, node, provider):
+        return TracingProvider(provider)   # wrap the emulator's provider on every node
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from ..protocols import Backend, Node, Provider, Proxy
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_san_make_backend(config: pytest.Config, name: str) -> Backend | None:
+    """Build the backend named by ``--san-backend`` (ini ``san_backend``).
+
+    Called once per session, when the first test needs the backend. Return a backend to use it;
+    return None to leave ``name`` to other implementations. pytest-san's own implementation runs
+    last, builds ``"emulator"`` and raises ``pytest.UsageError`` for any name nobody built.
+
+    A plugin that builds a backend should also implement :func:`pytest_san_backend_names`, so
+    that ``--san-backend`` accepts the name before the session starts.
+    """
+    return None
+
+
+@pytest.hookspec
+def pytest_san_backend_names(config: pytest.Config) -> Iterable[str]:
+    """Backend names this plugin can build (collected from every implementation).
+
+    pytest-san's own implementation gives ``["emulator"]``; a lab plugin adds e.g. ``["hil"]``.
+    An unknown ``--san-backend`` is a usage error listing the names from all implementations.
+    """
+    return ()
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_san_make_provider(config: pytest.Config, node: Node, provider: Provider) -> Provider | None:
+    """Return the provider to use on ``node`` instead of the default ``provider``.
+
+    Wrap it (tracing, fault injection) or replace it (a provider under test). None keeps
+    ``provider``. On the emulator this runs once per node while the backend is built, after
+    :func:`pytest_san_make_proxy`, and the default provider already drives the chosen proxy.
+    """
+    return None
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_san_make_proxy(config: pytest.Config, node: Node, proxy: Proxy) -> Proxy | None:
+    """Return the proxy driver to use on ``node`` instead of the default ``proxy``.
+
+    None keeps ``proxy``. Runs once per node while the backend is built, before the provider
+    is made over it.
+    """
+    return None
+
+
+@pytest.hookspec
+def pytest_san_conformance(config: pytest.Config, report: dict[str, Any]) -> None:
+    """Called with the final conformance report just before ``--san-report`` writes it.
+
+    ``report`` is ``{"backend", "capabilities", "rules", "tests"}`` as written; change or add
+    keys in place (a downstream project's own results, the lab inventory, ...). Under
+    pytest-xdist it is called once, in the controller, with every worker's results merged.
+    """
