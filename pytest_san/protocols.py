@@ -147,6 +147,7 @@ class Proxy(Protocol):
         ...
 
 
+@runtime_checkable
 class Process(Protocol):
     """A process on a node, with its own virtual address space."""
 
@@ -163,6 +164,7 @@ class Process(Protocol):
     def kill(self) -> None: ...
 
 
+@runtime_checkable
 class Node(Protocol):
     """A host on the SAN."""
 

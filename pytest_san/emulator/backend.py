@@ -61,7 +61,9 @@ class EmulatorBackend:
     def faults(self) -> EmulatorFaults:
         return self._faults
 
-    def connect_sockets(self, a: EmulatedProcess, b: EmulatedProcess) -> tuple[EmulatedSocket, EmulatedSocket]:
+    def connect_sockets(self, a: Any, b: Any) -> tuple[EmulatedSocket, EmulatedSocket]:
+        if not isinstance(a, EmulatedProcess) or not isinstance(b, EmulatedProcess):
+            raise TypeError(f"connect_sockets takes processes of this emulator, got {a!r} and {b!r}")
         for process in (a, b):
             if not process.alive:
                 raise SanError(WsaError.WSAENOTCONN, f"cannot connect: {process!r} is gone")

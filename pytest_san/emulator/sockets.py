@@ -49,7 +49,7 @@ class EmulatedRegistration:
 class EmulatedOperation:
     """A pending operation; completes once, possibly later (a receive waiting for a send)."""
 
-    __slots__ = ("_completion", "_waitable", "kind", "nbytes", "regs", "run", "socket", "segments")
+    __slots__ = ("_completion", "_waitable", "kind", "nbytes", "regs", "run", "segments", "socket")
 
     def __init__(self, socket: EmulatedSocket, kind: str) -> None:
         self.socket = socket

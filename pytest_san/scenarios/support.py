@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from pytest_san import Access, Buffer, Completion, Endpoint, SanError, Status
+from pytest_san import Access, Buffer, Completion, Process, Provider, Proxy, SanError, Socket, Status
 
 GUARD = 64
 GUARD_BYTE = 0xA5
 TIMEOUT = 30.0  # Soft-RoCE under TCG is slow: be generous, the emulator never waits this long
+
+
+class End(Protocol):
+    """One end of a connection: a switch Endpoint or a RawEnd."""
+
+    @property
+    def socket(self) -> Socket: ...
+    @property
+    def process(self) -> Process: ...
+    @property
+    def provider(self) -> Provider: ...
+    @property
+    def proxy(self) -> Proxy: ...
 
 
 @dataclasses.dataclass
@@ -31,26 +44,26 @@ class Guarded:
         return self.intact() and self.inner.read() == bytes([self.fill]) * self.inner.length
 
 
-def guarded(endpoint: Endpoint, nbytes: int, fill: int = 0x00) -> Guarded:
+def guarded(endpoint: End, nbytes: int, fill: int = 0x00) -> Guarded:
     whole = endpoint.process.alloc(nbytes + 2 * GUARD)
     whole.write(bytes([GUARD_BYTE]) * GUARD + bytes([fill]) * nbytes + bytes([GUARD_BYTE]) * GUARD)
     return Guarded(whole, whole.view(GUARD, nbytes), fill)
 
 
-def source(endpoint: Endpoint, data: bytes, access: Access = Access.READ) -> tuple[Buffer, int]:
+def source(endpoint: End, data: bytes, access: Access = Access.READ) -> tuple[Buffer, int]:
     """A registered local buffer holding ``data``: a valid RDMA write source or send buffer."""
     buf = endpoint.process.alloc(len(data))
     buf.write(data)
     return buf, endpoint.provider.register_memory(endpoint.socket, buf, access)
 
 
-def sink(endpoint: Endpoint, nbytes: int, access: Access = Access.WRITE) -> tuple[Guarded, int]:
+def sink(endpoint: End, nbytes: int, access: Access = Access.WRITE) -> tuple[Guarded, int]:
     """A registered local buffer (with guards) to receive into."""
     g = guarded(endpoint, nbytes, fill=0x11)
     return g, endpoint.provider.register_memory(endpoint.socket, g.inner, access)
 
 
-def window(endpoint: Endpoint, nbytes: int, access: Access, fill: int = 0x22) -> tuple[Guarded, bytes]:
+def window(endpoint: End, nbytes: int, access: Access, fill: int = 0x22) -> tuple[Guarded, bytes]:
     """A guarded buffer registered for RDMA by ``endpoint``: (guarded buffer, descriptor)."""
     g = guarded(endpoint, nbytes, fill)
     return g, endpoint.provider.register_rdma_memory(endpoint.socket, g.inner, access)
@@ -76,13 +89,13 @@ def succeeded(outcome: Outcome, nbytes: int) -> bool:
     return isinstance(outcome, Completion) and outcome.status is Status.SUCCESS and outcome.bytes == nbytes
 
 
-def write_into(initiator: Endpoint, descriptor: bytes, data: bytes, offset: int = 0) -> Outcome:
+def write_into(initiator: End, descriptor: bytes, data: bytes, offset: int = 0) -> Outcome:
     """RDMA-write ``data`` from a fresh registered source of ``initiator`` into ``descriptor``."""
     buf, handle = source(initiator, data)
     return attempt(lambda: initiator.provider.rdma_write(initiator.socket, [(buf, handle)], descriptor, offset))
 
 
-def read_from(initiator: Endpoint, descriptor: bytes, nbytes: int, offset: int = 0) -> tuple[Outcome, Guarded]:
+def read_from(initiator: End, descriptor: bytes, nbytes: int, offset: int = 0) -> tuple[Outcome, Guarded]:
     """RDMA-read ``nbytes`` from ``descriptor`` into a fresh registered sink of ``initiator``."""
     g, handle = sink(initiator, nbytes)
     return attempt(lambda: initiator.provider.rdma_read(initiator.socket, [(g.inner, handle)], descriptor,

@@ -33,8 +33,8 @@ def test_handle_works_in_its_own_process(conn: Connection) -> None:
 def test_handle_from_another_process_is_rejected(san_switch: Switch, conn: Connection) -> None:
     a, b = conn.local, conn.remote
     other = san_switch.connect(peer=b.process, process=a.process.node.spawn_process()).local
-    buf, handle = source(a, DATA)  # a's handle ...
-    target, desc = window(b, len(DATA), Access.WRITE)
+    _, handle = source(a, DATA)  # a's handle ...
+    target, _ = window(b, len(DATA), Access.WRITE)
     mine = other.process.alloc(len(DATA))
     mine.write(b"\x77" * len(DATA))
     other_desc = b.provider.register_rdma_memory(other.peer.socket, target.inner, Access.WRITE)
@@ -85,6 +85,7 @@ def test_descriptor_works_for_connected_peer(conn: Connection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.READWRITE)
     assert succeeded(write_into(a, desc, DATA), len(DATA))
+    assert target.inner.read() == DATA and target.intact()
     outcome, landed = read_from(a, desc, len(DATA))
     assert succeeded(outcome, len(DATA)) and landed.inner.read() == DATA and landed.intact()
 
@@ -172,16 +173,15 @@ def test_peer_write_into_read_descriptor_is_rejected(conn: Connection) -> None:
 @pytest.mark.san_rule("R6")
 def test_peer_read_from_read_descriptor_works(conn: Connection) -> None:
     a, b = conn.local, conn.remote
-    target, desc = window(b, len(DATA), Access.READ, fill=0x5A)
+    _, desc = window(b, len(DATA), Access.READ, fill=0x5A)
     outcome, landed = read_from(a, desc, len(DATA))
     assert succeeded(outcome, len(DATA)) and landed.inner.read() == b"\x5a" * len(DATA)
 
 
 @pytest.mark.san_rule("R6")
 def test_read_handle_as_receive_buffer_is_rejected(conn: Connection) -> None:
-    a, b = conn.local, conn.remote
+    b = conn.remote
     g, handle = sink(b, 256, Access.READ)
-    buf, sh = source(a, b"m" * 256)
     recv = attempt(lambda: b.provider.recv(b.socket, [(g.inner, handle)]))
     assert rejected(recv)
     assert g.unchanged()
@@ -231,6 +231,7 @@ def test_readwrite_allows_both(conn: Connection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.READWRITE)
     assert succeeded(write_into(a, desc, DATA), len(DATA))
+    assert target.inner.read() == DATA
     outcome, landed = read_from(a, desc, len(DATA))
     assert succeeded(outcome, len(DATA)) and landed.inner.read() == DATA
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import pytest
 
 from pytest_san import Access, Backend, Connection, SanError, Status, Switch, WsaError
@@ -14,10 +17,10 @@ def conn(san_switch: Switch) -> Connection:
     return san_switch.connect()
 
 
-def _code(call: object) -> WsaError:
-    assert callable(call)
+def _code(call: Callable[..., object], *args: object) -> WsaError:
+    """The error code ``call(*args)`` is refused with (it must be refused)."""
     with pytest.raises(SanError) as err:
-        call()
+        call(*args)
     return err.value.code
 
 
@@ -26,8 +29,9 @@ def _code(call: object) -> WsaError:
 def test_bad_access_flags_are_einval(conn: Connection, flags: int) -> None:
     a = conn.local
     buf = a.process.alloc(64)
-    assert _code(lambda: a.provider.register_memory(a.socket, buf, flags)) is WsaError.WSAEINVAL
-    assert _code(lambda: a.provider.register_rdma_memory(a.socket, buf, flags)) is WsaError.WSAEINVAL
+    bad = cast(Access, flags)  # deliberately not an Access value
+    assert _code(lambda: a.provider.register_memory(a.socket, buf, bad)) is WsaError.WSAEINVAL
+    assert _code(lambda: a.provider.register_rdma_memory(a.socket, buf, bad)) is WsaError.WSAEINVAL
 
 
 @pytest.mark.san_rule("R14")
@@ -38,7 +42,7 @@ def test_unmapped_or_empty_buffer_is_efault(conn: Connection) -> None:
                 a.process.buffer_at(buf.address, 1 << 30),  # runs off the end of the mapping
                 buf.view(0, 0)):  # empty
         for register in (a.provider.register_memory, a.provider.register_rdma_memory):
-            assert _code(lambda: register(a.socket, bad, Access.READ)) is WsaError.WSAEFAULT
+            assert _code(register, a.socket, bad, Access.READ) is WsaError.WSAEFAULT
 
 
 @pytest.mark.san_rule("R14")
@@ -63,8 +67,8 @@ def test_malformed_descriptor_is_einval(conn: Connection) -> None:
     buf, handle = source(a, b"x" * 64)
     _, desc = window(b, 64, Access.WRITE)
     for bad in (b"", desc[:-1], desc + b"\0"):
-        assert _code(lambda: a.provider.rdma_write(a.socket, [(buf, handle)], bad, 0)) is WsaError.WSAEINVAL
-        assert _code(lambda: b.provider.deregister_rdma_memory(b.socket, bad)) is WsaError.WSAEINVAL
+        assert _code(a.provider.rdma_write, a.socket, [(buf, handle)], bad, 0) is WsaError.WSAEINVAL
+        assert _code(b.provider.deregister_rdma_memory, b.socket, bad) is WsaError.WSAEINVAL
 
 
 @pytest.mark.san_rule("R14")

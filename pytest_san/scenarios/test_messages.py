@@ -37,7 +37,7 @@ def test_send_waits_for_a_receive_and_scatters(raw_pair: tuple[RawEnd, RawEnd]) 
 
 @pytest.mark.san_rule("R1")
 def test_receive_into_unregistered_memory_is_rejected(raw_pair: tuple[RawEnd, RawEnd]) -> None:
-    a, b = raw_pair
+    _, b = raw_pair
     g, rh = sink(b, 64)
     stray = b.process.alloc(64)  # never registered, but named with a valid handle
     assert rejected(attempt(lambda: b.provider.recv(b.socket, [(stray, rh)])))

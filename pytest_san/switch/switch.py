@@ -30,9 +30,9 @@ class Switch:
         if where is None:
             nodes = self.backend.nodes
             return nodes[min(default, len(nodes) - 1)].default_process
-        if hasattr(where, "spawn_process"):
-            return where.default_process  # type: ignore[union-attr]
-        return where  # type: ignore[return-value]
+        if isinstance(where, Node):
+            return where.default_process
+        return where
 
     def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,
                 **options: Any) -> Connection:
