@@ -1,8 +1,9 @@
 """A model of a host's physical page frames, with the 4 GiB line that NOLOWMEM is about (P3, P4).
 
-Free memory is kept as sorted, non-adjacent [start, end) extents in two parallel lists, so the
-common case (one page taken from the front of the first extent, then given back) is a couple of
-list operations and one bisect; nothing is tracked per page.
+Free memory is kept as sorted, non-adjacent [start, end) extents in two parallel lists; nothing
+is tracked per page. The common case -- one page taken from the front of the first extent, then
+given back before the next is taken -- touches only the first list entry (``take`` and the fast
+path of ``free_run``); other frees cost one bisect. Not thread-safe: callers serialise.
 """
 
 from __future__ import annotations
