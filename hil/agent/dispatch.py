@@ -1,0 +1,113 @@
+"""Requests to engine objects: which methods each kind of object answers, and how values travel.
+
+An engine (emulator or verbs) hands out objects that follow pytest_san's protocols; this module
+is the only place that knows how they map onto the wire. Python 3.9 compatible, standard library.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+# The methods each kind of remote object answers: the protocol's surface, nothing more.
+METHODS = {
+    "engine": {"hello", "connect_local", "socket_create", "socket_connect", "leaks", "reset", "faults"},
+    "node": {"spawn_process", "default_process"},
+    "process": {"alloc", "read", "write", "kill", "alive"},
+    "provider": {"register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
+                 "rdma_write", "rdma_read", "send", "recv", "close_socket", "getsockopt", "registrations",
+                 "supports_rdma_read"},
+    "proxy": {"device_flags", "nolowmem", "set_nolowmem", "allocate", "free", "allocate_contiguous",
+              "free_contiguous", "get_dma_adapter", "put_dma_adapter", "live_allocations"},
+    "adapter": {"allocate_common_buffer", "free_common_buffer", "dma32"},
+    "socket": {"state"},
+    "operation": {"done", "wait"},
+    "allocation": {"info"},
+}
+
+
+class Registry:
+    """Object ids for everything the controller holds a reference to."""
+
+    def __init__(self, kind_of: Callable[[Any], str]) -> None:
+        self._kind_of = kind_of
+        self._objects: dict[int, Any] = {}
+        self._ids: dict[int, int] = {}
+        self._next = 1
+        self.pinned: set[int] = set()  # survive reset (engine, nodes, providers, proxies)
+
+    def ref(self, obj: Any) -> dict[str, Any]:
+        oid = self._ids.get(id(obj))
+        if oid is None:
+            oid = self._next
+            self._next += 1
+            self._objects[oid] = obj
+            self._ids[id(obj)] = oid
+        return {"$o": oid, "type": self._kind_of(obj)}
+
+    def get(self, oid: int) -> Any:
+        try:
+            return self._objects[oid]
+        except KeyError:
+            raise LookupError(f"no object {oid} on this agent (stale after a reset?)") from None
+
+    def forget_unpinned(self) -> None:
+        for oid in [o for o in self._objects if o not in self.pinned]:
+            del self._ids[id(self._objects.pop(oid))]
+
+
+class Dispatcher:
+    """Turns one request into one reply."""
+
+    def __init__(self, registry: Registry, resolve_buffer: Callable[[Any, int, int], Any],
+                 encode_result: Callable[[Any], Any],
+                 handlers: dict[tuple[str, str], Callable[..., Any]]) -> None:
+        self.registry = registry
+        self._resolve_buffer = resolve_buffer
+        self._encode_result = encode_result
+        self._handlers = handlers  # (kind, method) answered by a function instead of an attribute
+
+    def _arg(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            if "$o" in value:
+                return self.registry.get(value["$o"])
+            if "$buf" in value:
+                pid_ref, address, length = value["$buf"]
+                return self._resolve_buffer(self.registry.get(pid_ref), address, length)
+            return {k: self._arg(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._arg(v) for v in value]
+        return value
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        rid = request.get("id")
+        try:
+            target = self.registry.get(request["obj"])
+            kind = self.registry.ref(target)["type"]
+            method = request["method"]
+            if method not in METHODS.get(kind, ()):
+                raise LookupError(f"a {kind} has no method {method!r}")
+            args = [self._arg(a) for a in request.get("args", [])]
+            handler = self._handlers.get((kind, method))
+            if handler is not None:
+                result = handler(target, *args)
+            else:
+                result = getattr(target, method)
+                if callable(result):
+                    result = result(*args)
+            return {"id": rid, "result": self._encode_result(result)}
+        except Exception as exc:  # every failure goes back to the controller, named
+            return {"id": rid, "error": describe(exc)}
+
+
+def describe(exc: BaseException) -> dict[str, Any]:
+    code = getattr(exc, "code", None)
+    error = {"kind": type(exc).__name__, "message": str(exc)}
+    if code is not None and type(exc).__name__ == "SanError":
+        error["code"] = int(code)
+        error["required_size"] = getattr(exc, "required_size", None)
+        error["message"] = exc.args[0] if exc.args else str(exc)
+    elif type(exc).__name__ not in ("ValueError", "TimeoutError", "LookupError", "TypeError"):
+        error["traceback"] = traceback.format_exc(limit=8)
+    return error

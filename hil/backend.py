@@ -1,0 +1,152 @@
+"""The ``hil`` backend: agents on lab hosts, reached over SSH or run locally."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pytest_san.errors import SanError, WsaError
+from pytest_san.types import Leak
+
+from .client import AgentClient, AgentError
+from .inventory import HostConfig
+from .remote import RemoteNode, RemoteProcess, RemoteSocket, Session
+from .transport import Transport, open_transport
+
+
+class Agent:
+    """One host: its transport, its agent and the nodes the agent serves."""
+
+    def __init__(self, host: HostConfig, connect: Callable[[HostConfig], Transport]) -> None:
+        self.host = host
+        self._connect = connect
+        self.start()
+
+    def start(self) -> None:
+        self.transport = self._connect(self.host)
+        try:
+            self.client = AgentClient(self.host, self.transport)
+        except BaseException:
+            self.transport.close()
+            raise
+        self.session = Session(self.client)
+        hello = self.client.hello
+        self.engine = hello["engine_ref"]["$o"]
+        self.capabilities = frozenset(hello["capabilities"])
+        self.nodes = [self.session.obj(n["node"], RemoteNode, n["name"], n["provider"], n["proxy"])
+                      for n in hello["nodes"]]
+        self.session.pinned = {self.engine, *(n["node"]["$o"] for n in hello["nodes"]),
+                               *(n["provider"]["$o"] for n in hello["nodes"]),
+                               *(n["proxy"]["$o"] for n in hello["nodes"])}
+
+    def call(self, method: str, *args: Any) -> Any:
+        return self.session.call(self.engine, method, *args)
+
+    def reset(self) -> None:
+        if self.client.dead:
+            # The agent died (killed, or its SSH connection dropped): a fresh one serves the next test.
+            self.close()
+            self.start()
+            return
+        self.call("reset")
+        self.session.forget_unpinned()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+        self.transport.close()
+
+
+class HilBackend:
+    """Nodes served by agents on the selected hosts; every call crosses the agent protocol."""
+
+    name = "hil"
+
+    def __init__(self, hosts: Sequence[HostConfig],
+                 connect: Callable[[HostConfig], Transport] = open_transport) -> None:
+        if not hosts:
+            raise ValueError("the hil backend needs at least one host")
+        self.agents: list[Agent] = []
+        try:
+            for host in hosts:
+                self.agents.append(Agent(host, connect))
+        except BaseException:
+            self.close()
+            raise
+        caps = frozenset.intersection(*(a.capabilities for a in self.agents)) | {"hil"}
+        self._capabilities = caps - {"emulator"}
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return self._capabilities
+
+    @property
+    def nodes(self) -> list[RemoteNode]:
+        return [n for a in self.agents for n in a.nodes]
+
+    @property
+    def faults(self) -> RemoteFaults | None:
+        return RemoteFaults(self) if "faults" in self._capabilities else None
+
+    def agent_of(self, thing: Any) -> Agent:
+        session = thing.session if hasattr(thing, "session") else thing.process.session
+        return next(a for a in self.agents if a.session is session)
+
+    def connect_sockets(self, a: Any, b: Any) -> tuple[RemoteSocket, RemoteSocket]:
+        if not isinstance(a, RemoteProcess) or not isinstance(b, RemoteProcess):
+            raise TypeError(f"connect_sockets takes processes of this backend, got {a!r} and {b!r}")
+        agent_a, agent_b = self.agent_of(a), self.agent_of(b)
+        if agent_a is agent_b:
+            ref_a, ref_b = agent_a.call("connect_local", a, b)
+        else:
+            # Across hosts the controller relays what each QP needs (QP number, PSN, GID).
+            ref_a, info_a = agent_a.call("socket_create", a)
+            ref_b, info_b = agent_b.call("socket_create", b)
+            agent_a.call("socket_connect", ref_a, info_b)
+            agent_b.call("socket_connect", ref_b, info_a)
+        sock_a: RemoteSocket = agent_a.session.obj(ref_a, RemoteSocket, a)
+        sock_b: RemoteSocket = agent_b.session.obj(ref_b, RemoteSocket, b)
+        return sock_a, sock_b
+
+    def leaks(self) -> list[Leak]:
+        return [Leak(node, kind, detail) for agent in self.agents for node, kind, detail in agent.call("leaks")]
+
+    def reset(self) -> None:
+        for agent in self.agents:
+            agent.reset()
+
+    def close(self) -> None:
+        for agent in self.agents:
+            agent.close()
+
+
+class RemoteFaults:
+    """Fault injection carried out by the agents (capability ``"faults"``)."""
+
+    def __init__(self, backend: HilBackend) -> None:
+        self._backend = backend
+
+    def _fault(self, on: Any, name: str, *args: Any) -> None:
+        agent = self._backend.agent_of(on)
+        if any(hasattr(a, "session") and a.session is not agent.session for a in args):
+            raise SanError(WsaError.WSAEINVAL, f"{name}: the emulator engine injects faults within one host")
+        agent.call("faults", name, *args)
+
+    def fail_allocations(self, node: Any, count: int) -> None:
+        self._fault(node, "fail_allocations", node, count)
+
+    def drop_link(self, a: Any, b: Any) -> None:
+        self._fault(a, "drop_link", a, b)
+
+    def restore_link(self, a: Any, b: Any) -> None:
+        self._fault(a, "restore_link", a, b)
+
+    def hold(self, socket: Any) -> None:
+        self._fault(socket.process, "hold", socket)
+
+    def release(self, socket: Any) -> None:
+        self._fault(socket.process, "release", socket)
+
+
+__all__ = ["AgentError", "HilBackend"]

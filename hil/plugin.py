@@ -1,0 +1,42 @@
+"""pytest plugin for ``--san-backend=hil``: inventory options and the backend hook."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("san")
+    group.addoption("--san-inventory", metavar="PATH", default=None,
+                    help="lab inventory (Ansible-style YAML) for --san-backend=hil")
+    group.addoption("--san-group", metavar="GROUP", default=None,
+                    help="inventory group whose hosts are used (default: san)")
+    group.addoption("--san-hosts", metavar="NAMES", default=None,
+                    help="comma-separated subset of the group's hosts")
+    parser.addini("san_inventory", "lab inventory for --san-backend=hil", default=None)
+    parser.addini("san_group", "inventory group used by --san-backend=hil", default="san")
+
+
+def pytest_san_backend_names(config: pytest.Config) -> Iterable[str]:
+    return ["hil"]
+
+
+def pytest_san_make_backend(config: pytest.Config, name: str) -> Any:
+    if name != "hil":
+        return None
+    from .backend import HilBackend
+    from .inventory import InventoryError, load_inventory
+
+    path = config.getoption("san_inventory") or config.getini("san_inventory")
+    if not path:
+        raise pytest.UsageError("--san-backend=hil needs --san-inventory PATH (or the san_inventory ini key)")
+    group = config.getoption("san_group") or config.getini("san_group") or "san"
+    names = config.getoption("san_hosts")
+    try:
+        hosts = load_inventory(path).select(group, names.split(",") if names else None)
+    except InventoryError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    return HilBackend(hosts)
