@@ -178,7 +178,11 @@ _KEYS: dict[str, tuple[str, _Parser]] = {
     "san_loopback": ("loopback", _boolean),
     "san_known_hosts": ("known_hosts", _optional(_file)),
 }
-_SAN_KEYS = sorted(k for k in _KEYS if k.startswith("san_"))
+# Our keys that are validated but travel in ``HostConfig.extra`` (read by the part that needs them).
+_EXTRA_KEYS: dict[str, _Parser] = {
+    "san_remote_tmp": _text,  # where the agent is pushed on the host (default /tmp)
+}
+_SAN_KEYS = sorted([k for k in _KEYS if k.startswith("san_")] + list(_EXTRA_KEYS))
 _PASSWORD_KEYS = frozenset(
     {
         "ansible_password",
@@ -207,6 +211,11 @@ def _parse_vars(raw: object, src: _Source, where: str) -> dict[str, object]:
         if key in _KEYS:
             try:
                 out[key] = _KEYS[key][1](value, src)
+            except _Bad as bad:
+                raise src.error(where, key, str(bad)) from None
+        elif key in _EXTRA_KEYS:
+            try:
+                out[key] = _EXTRA_KEYS[key](value, src)
             except _Bad as bad:
                 raise src.error(where, key, str(bad)) from None
         elif key.startswith("san_"):  # our namespace: a typo here must not be silently ignored

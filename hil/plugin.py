@@ -40,3 +40,22 @@ def pytest_san_make_backend(config: pytest.Config, name: str) -> Any:
     except InventoryError as exc:
         raise pytest.UsageError(str(exc)) from None
     return HilBackend(hosts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not report.failed:
+        return
+    from pytest_san.plugin.hooks import created_backend
+
+    from .backend import HilBackend
+    from .diagnostics import collect
+
+    backend = created_backend(item.config)
+    if not isinstance(backend, HilBackend):
+        return
+    for agent in backend.agents:
+        report.sections.append((f"san host diagnostics: {agent.host.name}",
+                                collect(agent.host.name, agent.transport)))

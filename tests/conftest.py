@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from sshd import SSHD, SshServer, start_sshd
 
 pytest_plugins = ["pytester"]
 
@@ -11,3 +14,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # The plugin is found through its pytest11 entry point: the package must be installed.
     if not config.pluginmanager.hasplugin("san"):
         raise pytest.UsageError("pytest-san is not installed in this environment: pip install -e '.[test]'")
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """A real OpenSSH server on 127.0.0.1 (throwaway keys), stopped with everything it started."""
+    if not SSHD.exists():
+        pytest.skip(f"{SSHD} not found: apt-get install openssh-server to run the SSH transport tests")
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield server
+    finally:
+        server.stop()

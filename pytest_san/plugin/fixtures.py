@@ -64,8 +64,10 @@ def _san_leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
     backend = created_backend(request.config)
     if backend is None:
         return
-    leaks = [str(leak) for leak in backend.leaks()]
-    backend.reset()  # the next test starts clean: processes, links and faults too, leaked or not
+    try:
+        leaks = [str(leak) for leak in backend.leaks()]
+    finally:
+        backend.reset()  # the next test starts clean: processes, links and faults too, leaked or not
     if leaks:
         request.node.stash[LEAKS_KEY] = leaks
         pytest.fail(leak_message(leaks), pytrace=False)
