@@ -1,0 +1,210 @@
+"""The hil backend over a real OpenSSH server on 127.0.0.1 (engine emulator, loopback)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sshd import SshServer, is_running, wait_until, write_keypair
+
+from hil.backend import HilBackend
+from hil.client import AgentError
+from hil.inventory import HostConfig
+from hil.transport import SshTransport, TransportError
+from pytest_san import Access, Switch
+
+HERE = Path(__file__).parent
+
+
+def inventory(path: Path, host: HostConfig) -> Path:
+    path.write_text(json.dumps({"all": {"children": {"san": {"hosts": {host.name: {
+        "ansible_host": host.host, "ansible_port": host.port, "ansible_user": host.user,
+        "ansible_ssh_private_key_file": str(host.key_file), "san_known_hosts": str(host.known_hosts),
+        "san_engine": "emulator", "san_loopback": True}}}}}}))
+    return path
+
+
+@pytest.fixture
+def lab_host(sshd: SshServer) -> HostConfig:
+    return sshd.host_config(name="lab1", engine="emulator", loopback=True)
+
+
+@pytest.fixture
+def backend(lab_host: HostConfig) -> Iterator[HilBackend]:
+    b = HilBackend([lab_host])
+    yield b
+    b.close()
+
+
+def agent_pid(backend: HilBackend) -> int:
+    pid = backend.agents[0].client.channel.pid
+    assert pid is not None
+    return pid
+
+
+def _report(pytester: pytest.Pytester, *args: str) -> dict[str, object]:
+    path = pytester.path / f"report-{len(list(pytester.path.glob('report-*')))}.json"
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-report", str(path), *args)
+    report: dict[str, object] = json.loads(path.read_text())
+    return report
+
+
+# -- the suite and a downstream file, through SSH ----------------------------------------------------
+
+
+def test_suite_over_ssh_passes_the_same_rules_as_in_process(pytester: pytest.Pytester,
+                                                            lab_host: HostConfig) -> None:
+    inv = inventory(pytester.path / "lab.json", lab_host)
+    local = _report(pytester, "--pyargs", "pytest_san.scenarios")
+    remote = _report(pytester, "--pyargs", "pytest_san.scenarios", "--san-backend=hil", f"--san-inventory={inv}")
+    assert remote["backend"] == "hil"
+    assert remote["rules"] == local["rules"]
+    rules = remote["rules"]
+    assert isinstance(rules, dict) and all(c["failed"] == 0 and c["passed"] > 0 for c in rules.values())
+    outcomes = {t["nodeid"]: t["outcome"] for t in remote["tests"]}  # type: ignore[attr-defined]
+    assert outcomes == {t["nodeid"]: t["outcome"] for t in local["tests"]}  # type: ignore[attr-defined]
+
+
+def test_downstream_file_over_ssh(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
+    inv = inventory(pytester.path / "lab.json", lab_host)
+    pytester.makepyfile(test_downstream=(HERE / "downstream_example.py").read_text())
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inv}")
+    result.assert_outcomes(passed=2)
+
+
+# -- connection failures: one clear error naming the host --------------------------------------------
+
+
+def test_unknown_host_key_is_refused(sshd: SshServer, lab_host: HostConfig, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    with pytest.raises(TransportError) as err:
+        HilBackend([dataclasses.replace(lab_host, known_hosts=empty)])
+    assert str(err.value).startswith("lab1 (127.0.0.1:") and "host key" in str(err.value)
+
+
+def test_wrong_client_key_is_refused(lab_host: HostConfig, tmp_path: Path) -> None:
+    stranger = tmp_path / "id_stranger"
+    write_keypair(stranger)
+    with pytest.raises(TransportError) as err:
+        HilBackend([dataclasses.replace(lab_host, key_file=stranger)])
+    assert str(err.value).startswith("lab1 (") and "auth" in str(err.value).lower()
+
+
+def test_unreachable_host(lab_host: HostConfig) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(TransportError) as err:
+        HilBackend([dataclasses.replace(lab_host, port=port)])
+    assert str(err.value).startswith(f"lab1 (127.0.0.1:{port})")
+
+
+def test_usage_error_shows_the_host_problem(pytester: pytest.Pytester, lab_host: HostConfig,
+                                           tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    inv = inventory(pytester.path / "lab.json", dataclasses.replace(lab_host, known_hosts=empty))
+    pytester.makepyfile(test_one="def test_one(san_switch):\n    san_switch.connect()\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inv}")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*lab1 (127.0.0.1:*host key*"])
+
+
+# -- the agent or its connection going away mid-test --------------------------------------------------
+
+
+def _registered_pair(backend: HilBackend) -> tuple[Switch, object]:
+    switch = Switch(backend)
+    conn = switch.connect()
+    a = conn.local
+    buf = a.process.alloc(4096)
+    a.provider.register_memory(a.socket, buf, Access.READ)
+    return switch, conn
+
+
+def test_agent_killed_mid_test(backend: HilBackend) -> None:
+    switch, conn = _registered_pair(backend)
+    pid = agent_pid(backend)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(AgentError) as err:
+        conn.local.process.alloc(64)  # type: ignore[attr-defined]
+    assert "host lab1 (127.0.0.1:" in str(err.value) and "agent" in str(err.value)
+    assert wait_until(lambda: not is_running(pid), timeout=5)
+    backend.reset()  # a fresh agent serves the next test
+    assert agent_pid(backend) != pid
+    assert backend.leaks() == []
+    fresh = Switch(backend).connect()
+    buf = fresh.local.process.alloc(64)
+    handle = fresh.local.provider.register_memory(fresh.local.socket, buf, Access.READ)
+    assert isinstance(handle, int)
+    fresh.close()
+
+
+def test_ssh_dropped_mid_test(backend: HilBackend) -> None:
+    switch, conn = _registered_pair(backend)
+    pid = agent_pid(backend)
+    transport = backend.agents[0].transport
+    assert isinstance(transport, SshTransport) and transport.paramiko_transport is not None
+    sock = transport.paramiko_transport.sock
+    assert isinstance(sock, socket.socket)
+    sock.shutdown(socket.SHUT_RDWR)
+    with pytest.raises(AgentError) as err:
+        conn.local.process.alloc(64)  # type: ignore[attr-defined]
+    assert "host lab1 (127.0.0.1:" in str(err.value)
+    # Its stdin closed with the connection: the agent released everything and exited.
+    assert wait_until(lambda: not is_running(pid), timeout=10), "the agent outlived its SSH connection"
+    backend.reset()
+    assert backend.leaks() == []
+
+
+def test_closing_the_backend_ends_the_agent(lab_host: HostConfig) -> None:
+    backend = HilBackend([lab_host])
+    _registered_pair(backend)
+    pid = agent_pid(backend)
+    backend.close()
+    assert wait_until(lambda: not is_running(pid), timeout=10)
+
+
+def test_agent_refuses_another_content_hash(backend: HilBackend) -> None:
+    agent = backend.agents[0]
+    directory = agent.client.command.split()[1].rsplit("/hil/", 1)[0]
+    result = agent.transport.run([agent.host.python_interpreter, f"{directory}/hil/agent/__main__.py",
+                                  "--engine", "emulator", "--hash", "0" * 16], timeout=60)
+    assert result.returncode == 3 and "does not match the controller's" in result.stderr
+
+
+def test_a_failed_test_carries_host_diagnostics(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
+    inv = inventory(pytester.path / "lab.json", lab_host)
+    pytester.makepyfile(test_fails="def test_fails(san_switch):\n    san_switch.connect()\n    assert False\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inv}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*san host diagnostics: lab1*", "*-- rdma link: rdma link show*",
+                                 "*-- kernel log (tail)*"])
+
+
+def test_killed_agent_fails_one_test_and_the_next_passes(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
+    inv = inventory(pytester.path / "lab.json", lab_host)
+    pytester.makepyfile(test_kill='''
+import os, signal
+
+def test_a_kill(san_backend, san_switch):
+    conn = san_switch.connect()
+    os.kill(san_backend.agents[0].client.channel.pid, signal.SIGKILL)
+    conn.local.process.alloc(64)
+
+def test_b_after(san_switch):
+    conn = san_switch.connect()
+    conn.local.send(b"still here")
+    assert conn.remote.recv(10) == b"still here"
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inv}")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1 and outcomes.get("failed", 0) + outcomes.get("errors", 0) >= 1
+    result.stdout.fnmatch_lines(["*AgentError: host lab1 (127.0.0.1:*agent gone*"])
