@@ -17,7 +17,7 @@ from hil.backend import HilBackend
 from hil.client import AgentError
 from hil.inventory import HostConfig
 from hil.transport import SshTransport, TransportError
-from pytest_san import Access, Switch
+from pytest_san import Access, Connection, Switch
 
 HERE = Path(__file__).parent
 
@@ -120,21 +120,20 @@ def test_usage_error_shows_the_host_problem(pytester: pytest.Pytester, lab_host:
 # -- the agent or its connection going away mid-test --------------------------------------------------
 
 
-def _registered_pair(backend: HilBackend) -> tuple[Switch, object]:
-    switch = Switch(backend)
-    conn = switch.connect()
+def _registered_pair(backend: HilBackend) -> Connection:
+    conn = Switch(backend).connect()
     a = conn.local
     buf = a.process.alloc(4096)
     a.provider.register_memory(a.socket, buf, Access.READ)
-    return switch, conn
+    return conn
 
 
 def test_agent_killed_mid_test(backend: HilBackend) -> None:
-    switch, conn = _registered_pair(backend)
+    conn = _registered_pair(backend)
     pid = agent_pid(backend)
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(AgentError) as err:
-        conn.local.process.alloc(64)  # type: ignore[attr-defined]
+        conn.local.process.alloc(64)
     assert "host lab1 (127.0.0.1:" in str(err.value) and "agent" in str(err.value)
     assert wait_until(lambda: not is_running(pid), timeout=5)
     backend.reset()  # a fresh agent serves the next test
@@ -148,7 +147,7 @@ def test_agent_killed_mid_test(backend: HilBackend) -> None:
 
 
 def test_ssh_dropped_mid_test(backend: HilBackend) -> None:
-    switch, conn = _registered_pair(backend)
+    conn = _registered_pair(backend)
     pid = agent_pid(backend)
     transport = backend.agents[0].transport
     assert isinstance(transport, SshTransport) and transport.paramiko_transport is not None
@@ -156,7 +155,7 @@ def test_ssh_dropped_mid_test(backend: HilBackend) -> None:
     assert isinstance(sock, socket.socket)
     sock.shutdown(socket.SHUT_RDWR)
     with pytest.raises(AgentError) as err:
-        conn.local.process.alloc(64)  # type: ignore[attr-defined]
+        conn.local.process.alloc(64)
     assert "host lab1 (127.0.0.1:" in str(err.value)
     # Its stdin closed with the connection: the agent released everything and exited.
     assert wait_until(lambda: not is_running(pid), timeout=10), "the agent outlived its SSH connection"
