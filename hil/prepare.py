@@ -6,8 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .client import ROOT
 from .agent.server import agent_files
+from .client import ROOT
 from .inventory import HostConfig
 from .transport import TransportError, open_transport
 
