@@ -103,7 +103,7 @@ class Dispatcher:
 
 def describe(exc: BaseException) -> dict[str, Any]:
     code = getattr(exc, "code", None)
-    error = {"kind": type(exc).__name__, "message": str(exc)}
+    error: dict[str, Any] = {"kind": type(exc).__name__, "message": str(exc)}
     if code is not None and type(exc).__name__ == "SanError":
         error["code"] = int(code)
         error["required_size"] = getattr(exc, "required_size", None)

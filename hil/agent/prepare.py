@@ -72,7 +72,7 @@ def _netdevs_ip() -> list[dict[str, Any]]:
 
 def create_rxe(name: str, netdev: str) -> list[str]:
     """``modprobe rdma_rxe; rdma link add NAME type rxe netdev NETDEV``: what was done, or why not."""
-    steps = []
+    steps: list[str] = []
     for argv in (["modprobe", "rdma_rxe"], ["rdma", "link", "add", name, "type", "rxe", "netdev", netdev]):
         if not shutil.which(argv[0]):
             return [*steps, f"cannot run {argv[0]}: not installed"]
