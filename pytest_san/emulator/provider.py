@@ -27,7 +27,9 @@ MAX_SGE = 4
 QUEUE_DEPTH = 64
 MAX_RDMA_SIZE = 1 << 20
 RDMA_THRESHOLD = 16 * 1024
-_VALID_ACCESS = (Access.READ, Access.WRITE, Access.READWRITE, 1, 2, 3)
+_ACCESS = {1: Access.READ, 2: Access.WRITE, 3: Access.READWRITE}  # also validates: one dict lookup
+_CLOSED = SocketState.CLOSED
+_CONNECTED = SocketState.CONNECTED
 
 Segment = tuple[bytearray, int, int]  # (bytes, offset, length)
 
@@ -71,9 +73,10 @@ class EmulatedProvider:
 
     def _register(self, sock: EmulatedSocket, buffer: EmulatedBuffer, access: Access, kind: str,
                   table: dict[int, EmulatedRegistration]) -> EmulatedRegistration:
-        if access not in _VALID_ACCESS:
+        acc = _ACCESS.get(access)
+        if acc is None:
             raise SanError(WsaError.WSAEINVAL, f"access flags {access!r} are not READ, WRITE or READWRITE")
-        if sock.state is not SocketState.CONNECTED:
+        if sock.state is not _CONNECTED:
             raise SanError(WsaError.WSAENOTCONN, f"{sock!r} is not connected")
         address, length = buffer.address, buffer.length
         # The range is looked up in the caller's own address space, never trusted from the object.
@@ -81,15 +84,14 @@ class EmulatedProvider:
         if mem is None or buffer.process is not sock.process:
             raise SanError(WsaError.WSAEFAULT, f"{length} bytes at {address:#x} are not wholly inside "
                            f"the address space of pid {sock.process.pid}")
-        key = (kind, address, length, int(access))
+        key = (kind, address, length, acc)
         reg = sock.by_range.get(key)
         if reg is not None:
             reg.refs += 1
             return reg
         first = address & ~(PAGE_SIZE - 1)
         allocation = self.proxy.allocate(address + length - first)  # R12: the proxy pins the pages
-        reg = EmulatedRegistration(kind, next(self._handles), address, length, Access(access), mem, offset,
-                                   allocation)
+        reg = EmulatedRegistration(kind, next(self._handles), address, length, acc, mem, offset, allocation)
         table[reg.handle] = reg
         sock.by_range[key] = reg
         return reg
@@ -103,15 +105,18 @@ class EmulatedProvider:
             if reg.refs:
                 return
         del table[reg.handle]
-        del sock.by_range[(reg.kind, reg.address, reg.length, int(reg.access))]
+        del sock.by_range[(reg.kind, reg.address, reg.length, reg.access)]
         self.proxy.free(reg.allocation)
 
     def register_memory(self, socket: Any, buffer: Any, access: Access) -> int:
-        sock = self._socket(socket)
-        return self._register(sock, buffer, access, "memory", sock.handles).handle
+        if type(socket) is not EmulatedSocket or socket.provider is not self or socket.state is _CLOSED:
+            self._socket(socket)  # raises, with the message
+        return self._register(socket, buffer, access, "memory", socket.handles).handle
 
     def deregister_memory(self, socket: Any, handle: int) -> None:
-        sock = self._socket(socket)
+        if type(socket) is not EmulatedSocket or socket.provider is not self or socket.state is _CLOSED:
+            self._socket(socket)
+        sock: EmulatedSocket = socket
         reg = sock.handles.get(handle)
         if reg is None:
             raise SanError(WsaError.WSAEINVAL, f"handle {handle!r} is not registered on {sock!r}")
