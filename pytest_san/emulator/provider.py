@@ -28,6 +28,7 @@ QUEUE_DEPTH = 64
 MAX_RDMA_SIZE = 1 << 20
 RDMA_THRESHOLD = 16 * 1024
 _ACCESS = {1: Access.READ, 2: Access.WRITE, 3: Access.READWRITE}  # also validates: one dict lookup
+_READ, _WRITE = int(Access.READ), int(Access.WRITE)
 _CLOSED = SocketState.CLOSED
 _CONNECTED = SocketState.CONNECTED
 
@@ -73,7 +74,10 @@ class EmulatedProvider:
 
     def _register(self, sock: EmulatedSocket, buffer: EmulatedBuffer, access: Access, kind: str,
                   table: dict[int, EmulatedRegistration]) -> EmulatedRegistration:
-        acc = _ACCESS.get(access)
+        try:
+            acc = _ACCESS.get(access)
+        except TypeError:  # unhashable: certainly not an access flag
+            acc = None
         if acc is None:
             raise SanError(WsaError.WSAEINVAL, f"access flags {access!r} are not READ, WRITE or READWRITE")
         if sock.state is not _CONNECTED:
@@ -84,7 +88,7 @@ class EmulatedProvider:
         if mem is None or buffer.process is not sock.process:
             raise SanError(WsaError.WSAEFAULT, f"{length} bytes at {address:#x} are not wholly inside "
                            f"the address space of pid {sock.process.pid}")
-        key = (kind, address, length, acc)
+        key = (kind, address, length, int(acc))
         reg = sock.by_range.get(key)
         if reg is not None:
             reg.refs += 1
@@ -105,7 +109,7 @@ class EmulatedProvider:
             if reg.refs:
                 return
         del table[reg.handle]
-        del sock.by_range[(reg.kind, reg.address, reg.length, reg.access)]
+        del sock.by_range[reg.key]
         self.proxy.free(reg.allocation)
 
     def register_memory(self, socket: Any, buffer: Any, access: Access) -> int:
@@ -117,7 +121,7 @@ class EmulatedProvider:
         if type(socket) is not EmulatedSocket or socket.provider is not self or socket.state is _CLOSED:
             self._socket(socket)
         sock: EmulatedSocket = socket
-        reg = sock.handles.get(handle)
+        reg = sock.handles.get(handle) if type(handle) is int else None
         if reg is None:
             raise SanError(WsaError.WSAEINVAL, f"handle {handle!r} is not registered on {sock!r}")
         self._release(sock, reg, sock.handles)
@@ -161,19 +165,22 @@ class EmulatedProvider:
         sock = self._connected(socket)
         if len(buffers) > MAX_SGE:
             raise SanError(WsaError.WSAEINVAL, f"{len(buffers)} buffers, at most {MAX_SGE}")
-        queued = len(sock.recv_queue) if kind == "recv" else len(sock.held or ()) + sum(
-            1 for op in (sock.peer.inbound if sock.peer else ()) if op.socket is sock)
+        if kind == "recv":
+            queued = len(sock.recv_queue)
+        else:  # sends waiting for the peer's receives, and held operations
+            inbound = sock.peer.inbound if sock.peer is not None else ()
+            queued = len(sock.held or ()) + (sum(1 for op in inbound if op.socket is sock) if inbound else 0)
         if queued >= QUEUE_DEPTH:
             raise SanError(WsaError.WSAENETDOWN, f"{kind} queue of {sock!r} is full ({QUEUE_DEPTH})")
         return EmulatedOperation(sock, kind)
 
-    def _gather(self, op: EmulatedOperation, buffers: Sequence[tuple[Any, int]], need: Access) -> bool:
+    def _gather(self, op: EmulatedOperation, buffers: Sequence[tuple[Any, int]], need: int) -> bool:
         """Check the local (buffer, handle) pairs like an HCA checks lkeys; keep the segments."""
         sock = op.socket
         total = 0
         for buffer, handle in buffers:
-            reg = sock.handles.get(handle)
-            if (reg is None or buffer.process is not sock.process or not reg.access & need
+            reg = sock.handles.get(handle) if type(handle) is int else None
+            if (reg is None or buffer.process is not sock.process or not reg.flags & need
                     or buffer.address < reg.address
                     or buffer.address + buffer.length > reg.address + reg.length):
                 return False
@@ -207,7 +214,9 @@ class EmulatedProvider:
         if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
             raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r:.60}")
         rkey = DESCRIPTOR.unpack(descriptor)[2]
-        local_need = Access.READ if kind == "rdma_write" else Access.WRITE
+        if type(offset) is not int:
+            raise SanError(WsaError.WSAEINVAL, f"offset must be an integer, got {offset!r}")
+        local_need = _READ if kind == "rdma_write" else _WRITE
         if not self._gather(op, buffers, local_need):
             return self._start(op, lambda o: self._fail(o, Status.LOCAL_PROTECTION))
         return self._start(op, lambda o: self._run_rdma(o, rkey, offset))
@@ -226,8 +235,8 @@ class EmulatedProvider:
         # The responder checks the window: bound to this connection (R2), registered (R3),
         # the right access (R6, R7) and in bounds (R8).
         win = peer.windows.get(rkey)
-        need = Access.WRITE if op.kind == "rdma_write" else Access.READ
-        if (win is None or not win.access & need or offset < 0 or offset + op.nbytes > win.length
+        need = _WRITE if op.kind == "rdma_write" else _READ
+        if (win is None or not win.flags & need or offset < 0 or offset + op.nbytes > win.length
                 or not peer.process.alive):
             self._fail(op, Status.ACCESS_VIOLATION)
             return
@@ -240,7 +249,7 @@ class EmulatedProvider:
 
     def send(self, socket: Any, buffers: Sequence[tuple[Any, int]]) -> EmulatedOperation:
         op = self._post(socket, buffers, "send")
-        if not self._gather(op, buffers, Access.READ):
+        if not self._gather(op, buffers, _READ):
             return self._start(op, lambda o: self._fail(o, Status.LOCAL_PROTECTION))
         return self._start(op, self._run_send)
 
@@ -262,7 +271,7 @@ class EmulatedProvider:
 
     def recv(self, socket: Any, buffers: Sequence[tuple[Any, int]]) -> EmulatedOperation:
         op = self._post(socket, buffers, "recv")
-        if not self._gather(op, buffers, Access.WRITE):
+        if not self._gather(op, buffers, _WRITE):
             self._fail(op, Status.LOCAL_PROTECTION)
             return op
         sock = op.socket

@@ -25,7 +25,7 @@ class SocketState(enum.Enum):
 class EmulatedRegistration:
     """One registration: a handle (register_memory) or a memory window (register_rdma_memory)."""
 
-    __slots__ = ("access", "address", "allocation", "handle", "in_use", "kind", "length", "mem", "offset",
+    __slots__ = ("address", "allocation", "flags", "handle", "in_use", "key", "kind", "length", "mem", "offset",
                  "refs")
 
     def __init__(self, kind: str, handle: int, address: int, length: int, access: Access,
@@ -34,12 +34,17 @@ class EmulatedRegistration:
         self.handle = handle  # the handle, or the window's rkey
         self.address = address
         self.length = length
-        self.access = access
+        self.flags = int(access)  # a plain int: IntFlag arithmetic is slow on the RDMA hot path
+        self.key = (kind, address, length, self.flags)  # its entry in the socket's by_range table
         self.mem = mem
         self.offset = offset
         self.allocation = allocation
         self.refs = 1
         self.in_use = 0  # pending operations using it
+
+    @property
+    def access(self) -> Access:
+        return Access(self.flags)
 
     def __repr__(self) -> str:
         return (f"{self.kind} {self.handle:#x} {self.address:#x}+{self.length} {self.access.name} "
