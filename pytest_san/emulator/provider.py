@@ -221,16 +221,23 @@ class EmulatedProvider:
             return self._start(op, lambda o: self._fail(o, Status.LOCAL_PROTECTION))
         return self._start(op, lambda o: self._run_rdma(o, rkey, offset))
 
-    def _run_rdma(self, op: EmulatedOperation, rkey: int, offset: int) -> None:
+    def _reachable_peer(self, op: EmulatedOperation) -> EmulatedSocket | None:
+        """The peer socket, or None after completing ``op`` as a flushed or reset QP would."""
         sock = op.socket
-        if sock.state is not SocketState.CONNECTED:
+        if sock.state is not _CONNECTED:
             op.complete(Status.ABORTED if sock.state is SocketState.ERROR else Status.CONNECTION_RESET)
-            return
+            return None
         peer = sock.peer
         assert peer is not None
         if not self._fabric.link_up(self, peer.provider):
             self._fabric.disconnect(sock, Status.CONNECTION_RESET)
             op.complete(Status.CONNECTION_RESET)
+            return None
+        return peer
+
+    def _run_rdma(self, op: EmulatedOperation, rkey: int, offset: int) -> None:
+        peer = self._reachable_peer(op)
+        if peer is None:
             return
         # The responder checks the window: bound to this connection (R2), registered (R3),
         # the right access (R6, R7) and in bounds (R8).
@@ -254,15 +261,8 @@ class EmulatedProvider:
         return self._start(op, self._run_send)
 
     def _run_send(self, op: EmulatedOperation) -> None:
-        sock = op.socket
-        if sock.state is not SocketState.CONNECTED:
-            op.complete(Status.ABORTED if sock.state is SocketState.ERROR else Status.CONNECTION_RESET)
-            return
-        peer = sock.peer
-        assert peer is not None
-        if not self._fabric.link_up(self, peer.provider):
-            self._fabric.disconnect(sock, Status.CONNECTION_RESET)
-            op.complete(Status.CONNECTION_RESET)
+        peer = self._reachable_peer(op)
+        if peer is None:
             return
         if peer.recv_queue:
             _deliver(op, peer.recv_queue.popleft())
