@@ -6,9 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_san import Backend
+from pytest_san import Backend, Connection, Switch
 
 from .support import RawEnd
+
+
+@pytest.fixture
+def conn(san_switch: Switch) -> Connection:
+    """A connection made by the switch between the first two nodes."""
+    return san_switch.connect()
 
 
 @pytest.fixture

@@ -13,11 +13,6 @@ from .support import attempt, read_from, rejected, sink, source, succeeded, wind
 DATA = bytes(range(256)) * 16  # 4 KiB
 
 
-@pytest.fixture
-def conn(san_switch: Switch) -> Connection:
-    return san_switch.connect()
-
-
 # -- R1: register_memory handles belong to one process and one socket ------------------------------
 
 

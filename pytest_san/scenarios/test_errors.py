@@ -7,14 +7,9 @@ from typing import cast
 
 import pytest
 
-from pytest_san import Access, Backend, Connection, SanError, Status, Switch, WsaError
+from pytest_san import Access, Backend, Connection, SanError, Status, WsaError
 
 from .support import TIMEOUT, RawEnd, attempt, sink, source, window
-
-
-@pytest.fixture
-def conn(san_switch: Switch) -> Connection:
-    return san_switch.connect()
 
 
 def _code(call: Callable[..., object], *args: object) -> WsaError:

@@ -11,11 +11,6 @@ from .support import attempt, read_from, rejected, sink, source, succeeded, wind
 DATA = b"\x3c" * 4096
 
 
-@pytest.fixture
-def conn(san_switch: Switch) -> Connection:
-    return san_switch.connect()
-
-
 # -- R3: only while registered ---------------------------------------------------------------------
 
 
