@@ -107,6 +107,10 @@ class HilBackend:
             agent_b.call("socket_connect", ref_b, info_a)
         sock_a: RemoteSocket = agent_a.session.obj(ref_a, RemoteSocket, a)
         sock_b: RemoteSocket = agent_b.session.obj(ref_b, RemoteSocket, b)
+        if agent_a is not agent_b:
+            # Verbs has no disconnect event without a connection manager: relay closes between hosts.
+            sock_a.on_close = lambda: agent_b.call("peer_closed", sock_b)
+            sock_b.on_close = lambda: agent_a.call("peer_closed", sock_a)
         return sock_a, sock_b
 
     def leaks(self) -> list[Leak]:

@@ -33,12 +33,18 @@ def build_parser() -> argparse.ArgumentParser:
                       help="add a Soft-RoCE device (san_device, default rxe0) on san_netdev where it is missing")
     prep.add_argument("--json", action="store_true", help="print the reports as JSON")
     prep.set_defaults(run=_prepare)
+    from .lab.cli import add_lab_commands
+
+    add_lab_commands(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "accepts_extra_args", False):  # only `lab run` passes arguments on (to pytest)
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra_args = extra
     if args.command is None:
         parser.print_help()
         return 2

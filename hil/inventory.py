@@ -181,6 +181,7 @@ _KEYS: dict[str, tuple[str, _Parser]] = {
 # Our keys that are validated but travel in ``HostConfig.extra`` (read by the part that needs them).
 _EXTRA_KEYS: dict[str, _Parser] = {
     "san_remote_tmp": _text,  # where the agent is pushed on the host (default /tmp)
+    "san_lab_address": _text,  # `san-hil lab`: the guest's address on the lab segment (only inside the guests)
 }
 _SAN_KEYS = sorted([k for k in _KEYS if k.startswith("san_")] + list(_EXTRA_KEYS))
 _PASSWORD_KEYS = frozenset(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_san.types import Access, CacheType, Completion, DeviceDescription, Status
@@ -149,6 +149,7 @@ class RemoteSocket(Remote):
     def __init__(self, session: Session, oid: int, process: RemoteProcess) -> None:
         super().__init__(session, oid)
         self._process = process
+        self.on_close: Callable[[], None] | None = None  # tells the peer's host, when it is another one
 
     @property
     def process(self) -> RemoteProcess:
@@ -235,6 +236,8 @@ class RemoteProvider(Remote):
 
     def close_socket(self, socket: Any) -> None:
         self._call("close_socket", socket)
+        if isinstance(socket, RemoteSocket) and socket.on_close is not None:
+            socket.on_close()
 
     def getsockopt(self, socket: Any, option: int) -> int:
         return int(self._call("getsockopt", socket, option))

@@ -12,7 +12,8 @@ from typing import Any
 
 # The methods each kind of remote object answers: the protocol's surface, nothing more.
 METHODS = {
-    "engine": {"hello", "connect_local", "socket_create", "socket_connect", "leaks", "reset", "faults"},
+    "engine": {"hello", "connect_local", "socket_create", "socket_connect", "peer_closed", "leaks", "reset",
+               "faults"},
     "node": {"spawn_process", "default_process"},
     "process": {"alloc", "read", "write", "kill", "alive"},
     "provider": {"register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",

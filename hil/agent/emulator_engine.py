@@ -39,7 +39,11 @@ class EmulatorEngine:
     def socket_create(self, process: Any) -> Any:
         raise ValueError("the emulator engine connects only processes of one agent: use san_loopback")
 
-    socket_connect = socket_create
+    socket_connect = peer_closed = socket_create
+
+    @staticmethod
+    def socket_state(sock: EmulatedSocket) -> list[bool]:
+        return [sock.connected, sock.closed]
 
     def leaks(self) -> list[list[str]]:
         return [[leak.node, leak.kind, leak.detail] for leak in self.backend.leaks()]

@@ -46,14 +46,15 @@ def _handlers(engine: Any) -> dict[tuple[str, str], Any]:
         return getattr(engine.faults, name)(*args)
 
     def set_nolowmem(proxy: Any, value: bool) -> None:
-        proxy.nolowmem = value
+        if hasattr(proxy, "set_nolowmem"):
+            proxy.set_nolowmem(value)  # a real host refuses: it has no NOLOWMEM mode
+        else:
+            proxy.nolowmem = value
 
     return {
-        ("process", "read"): lambda p, address, n: p.buffer_at(address, n).read(),
-        ("process", "write"): lambda p, address, data: p.buffer_at(address, len(data)).write(data),
         ("proxy", "set_nolowmem"): set_nolowmem,
         ("proxy", "get_dma_adapter"): lambda p, d: p.get_dma_adapter(DeviceDescription(**d)),
-        ("socket", "state"): lambda s: [s.connected, s.closed],
+        ("socket", "state"): engine.socket_state,
         ("allocation", "info"): lambda a: [a.length, [list(r) for r in a.physical_runs]],
         ("engine", "faults"): fault,
     }

@@ -99,6 +99,12 @@ class EmulatedProcess:
         mem, offset = self.resolve(address, length)
         return EmulatedBuffer(self, address, length, mem, offset)
 
+    def read(self, address: int, n: int) -> bytes:
+        return self.buffer_at(address, n).read()
+
+    def write(self, address: int, data: bytes) -> None:
+        self.buffer_at(address, len(data)).write(data)
+
     def resolve(self, address: int, length: int) -> tuple[bytearray | None, int]:
         """The mapping wholly holding [address, address+length), or (None, 0)."""
         i = bisect.bisect_right(self._bases, address) - 1
