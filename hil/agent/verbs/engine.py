@@ -13,6 +13,8 @@ from typing import Any
 from .constants import WSAEFAULT, WSAENOTSOCK, SanError
 from .host import ChildProcess, PinnedProxy, host_capabilities, select_device, select_gid_index
 
+RECYCLE_BYTES = 64 << 20  # a default process that handed out more is replaced at the next reset
+
 
 class VerbsBuffer:
     """A range of a child's memory, named by address (the child checks it is mapped)."""
@@ -31,6 +33,7 @@ class VerbsProcess:
         self.child = ChildProcess(engine.device, engine.port, engine.gid_index)
         self.pid = self.child.pid
         self.sockets: list[VerbsSocket] = []
+        self.allocated = 0  # bytes of buffers handed out (they live as long as the process)
 
     @property
     def alive(self) -> bool:
@@ -38,6 +41,7 @@ class VerbsProcess:
 
     def alloc(self, nbytes: int) -> VerbsBuffer:
         address, length = self.child.alloc(nbytes)
+        self.allocated += length
         return VerbsBuffer(self, address, length)
 
     def read(self, address: int, length: int) -> bytes:
@@ -288,12 +292,21 @@ class VerbsEngine:
         return found + [[self.host, "allocation", text] for text in self.proxy.pinned.leaks()]
 
     def reset(self) -> None:
-        """Every process ends (the kernel drops whatever it held); a fresh default process starts."""
+        """Spawned processes end (the kernel drops whatever they held); the default one is kept, with
+        its sockets closed, unless it died or holds much memory: starting a pyverbs process is slow."""
+        default = self.default_process
+        keep = default.alive and default.allocated < RECYCLE_BYTES
         for process in self.processes:
-            process.child.close()
-        self.processes = []
+            if process is not default or not keep:
+                process.child.close()
         self.proxy.pinned.reset()
-        self.default_process = self.spawn()
+        if keep:
+            default.child.call("reset")
+            default.sockets = []
+            self.processes = [default]
+        else:
+            self.processes = []
+            self.default_process = self.spawn()
 
     def close(self) -> None:
         for process in self.processes:

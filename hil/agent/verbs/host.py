@@ -774,4 +774,7 @@ def host_capabilities(proxy: PinnedProxy, hello: dict[str, Any] | None = None) -
     caps = {"verbs", "rdma_read"}
     if hello is not None and hello.get("mw_mode") == "mw2":
         caps.add("memory_windows")
-    return frozenset(caps | set(proxy.capabilities()))
+    caps |= proxy.capabilities()
+    if "contiguous" in caps:
+        caps.add("dma_adapter")  # common buffers come from the same hugetlb pages
+    return frozenset(caps)
