@@ -7,6 +7,7 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pytest_san.errors import SanError, WsaError
 from pytest_san.types import Access, CacheType, Completion, DeviceDescription, Status
 
 from .client import AgentClient
@@ -35,7 +36,20 @@ class Session:
         self.pinned: set[int] = set()
 
     def call(self, oid: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        for arg in args:
+            self._check_local(arg)
         return self.client.call(oid, method, *[_encode(a) for a in args], timeout=timeout)
+
+    def _check_local(self, value: Any) -> None:
+        """Objects of another host mean nothing to this agent: refuse them as a provider would."""
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                self._check_local(item)
+        elif isinstance(value, RemoteBuffer) and value.process.session is not self:
+            raise SanError(WsaError.WSAEFAULT, f"{value.length} bytes at {value.address:#x} belong to a process "
+                           f"on {value.process.session.client.host.name}, not {self.client.host.name}")
+        elif isinstance(value, Remote) and value.session is not self:
+            raise SanError(WsaError.WSAENOTSOCK, f"{value!r} is not an object of {self.client.host.name}")
 
     def obj(self, ref: dict[str, Any], factory: type[Remote], *extra: Any) -> Any:
         oid = ref["$o"]

@@ -26,7 +26,9 @@ _Command = Callable[[argparse.Namespace], int]
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")  # same path as Ctrl-C: every `finally` tears down
+    from .lab import Terminated
+
+    raise Terminated(f"signal {signum}")  # the same path as Ctrl-C: every `finally` tears down
 
 
 def _state_dir(parser: argparse.ArgumentParser) -> None:

@@ -116,6 +116,8 @@ boot() {
 
     # sshd with the lab's host key, root login with the lab's client key only. / is read-only and
     # /run is a fresh tmpfs: everything sshd needs goes there, with the modes it insists on.
+    # UsePAM: virtme-ng-init locks every account in its /etc/shadow ("!"), and sshd without PAM
+    # refuses a locked account even a public key.
     local d=/run/san-lab
     mkdir -p "$d" /run/sshd && chmod 755 /run/sshd
     install -m 600 "$HOST_KEY" "$d/host_key" && install -m 644 "$AUTH_KEYS" "$d/authorized_keys" \
@@ -127,14 +129,22 @@ PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 AuthorizedKeysFile $d/authorized_keys
-UsePAM no
+UsePAM yes
 StrictModes no
 UseDNS no
 PrintMotd no
 PidFile $d/sshd.pid
 Subsystem sftp internal-sftp
 EOF
-    ulimit -l unlimited  # inherited by every SSH session: the agent pins registered memory
+    # The agent pins registered memory. pam_limits starts sessions from PID 1's limits (virtme-ng-init:
+    # 8 MiB), so raise those too; root has CAP_IPC_LOCK anyway, this is for a non-root agent.
+    ulimit -l unlimited
+    prlimit --pid 1 --memlock=unlimited:unlimited 2>/dev/null
+    # Every SSH command runs through root's shell, and bash reads ~/.bashrc for it: the host's, made for
+    # interactive use on the host (pyenv init costs seconds under TCG and warns of read-only shims).
+    # Hide it in this guest only; the controller names interpreters by absolute path anyway.
+    [ -f /root/.bashrc ] && mount --bind /dev/null /root/.bashrc
+    rm -f /run/nologin /var/run/nologin  # "System is booting up" on every login otherwise
     /usr/sbin/sshd -f "$d/sshd_config" -h "$d/host_key" -E "$d/sshd.log" \
         || fail "sshd did not start: $(tail -n 5 "$d/sshd.log" 2>&1)"
     echo "@READY@ $NAME netdev=$LAB mgmt=$MGMT"

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +46,7 @@ from .kernel import DEFAULT_CACHE, Kernel, fetch_kernel
 from .keys import LabKeys, generate_keys, write_known_hosts
 from .state import DEFAULT_STATE_DIR, STATE_FILE, GuestState, LabState, group_members, pid_alive, stop_group
 
-__all__ = ["Progress", "UpOptions", "down", "pytest_command", "run", "status", "up"]
+__all__ = ["Progress", "Terminated", "UpOptions", "down", "pytest_command", "run", "status", "up"]
 
 HUB_PORT_FILE = "hub.port"
 HUB_LOG = "hub.log"
@@ -200,8 +200,9 @@ class _Booter:
                 # Stop the guests first, so threads blocked in an SSH connect fail fast, then let every
                 # thread finish: none may start a guest after the teardown that follows.
                 for g in self.state.guests:
-                    if g.pgid is not None:
+                    if g.pgid is not None and group_members(g.pgid):
                         stop_group(g.pgid, grace=2)
+                        self.progress(g.name, f"stopped (process group {g.pgid})")
                 for t in threads:
                     t.join(60)
         if self.errors:
@@ -235,9 +236,9 @@ class _Booter:
                     ) from None
                 failed = log.with_name(f"{guest.name}-console.failed.log")
                 os.replace(log, failed)
-                self.state.add_file(failed)
-                self.progress(guest.name, f"attempt 1 failed: {exc}; console kept in {failed}; retrying once")
+                self.progress(guest.name, f"attempt 1 failed: {exc}; its console is in {failed}; retrying once")
                 with self.lock:  # fresh port: the first one may have been taken under us
+                    self.state.add_file(failed)
                     guest.ssh_port = _free_ports(1)[0]
                     write_known_hosts(self.keys, [g.ssh_port for g in self.state.guests])
 
@@ -288,7 +289,8 @@ class _Booter:
             except OSError:
                 continue
             for path in _VIRTME_RET.findall(cmdline):
-                self.state.add_file(path)
+                with self.lock:
+                    self.state.add_file(path)
 
     def _check_over_ssh(self, guest: GuestState) -> None:
         from hil.transport import TransportError, open_transport  # paramiko: only when booting
@@ -317,12 +319,12 @@ class _Booter:
                     state = result.stdout.strip() or result.stderr.strip()
                 except TransportError as exc:
                     state = exc.reason
-                if "ACTIVE" in state:
+                if state.partition(": ")[2] == "ACTIVE":  # sysfs says "4: ACTIVE"
                     break
                 if time.monotonic() > deadline:
                     raise _GuestFailed(f"rxe0 port 1 not ACTIVE within {self.opts.ssh_timeout:g} s: {state}")
                 self._wait(1.0)
-        self.progress(guest.name, f"rxe0 port 1 {state} on {guest.netdev}")
+        self.progress(guest.name, f"rxe0 port 1 {state.partition(': ')[2]} on {guest.netdev}")
 
 
 def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
@@ -428,7 +430,26 @@ def leftovers(state: LabState) -> list[str]:
     return found
 
 
+@contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Hold off Ctrl-C and SIGTERM while tearing down: a second Ctrl-C must not leave half a lab behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _teardown(state: LabState, progress: Callable[[str, str], None]) -> None:
+    with _uninterrupted():
+        _stop_and_remove(state, progress)
+
+
+def _stop_and_remove(state: LabState, progress: Callable[[str, str], None]) -> None:
     marks = _marks(state)
     named = [(g.name, g.pgid) for g in state.guests] + [("hub", state.hub_pgid)]
     for name, pgid in named:
@@ -518,6 +539,25 @@ def pytest_command(inventory: Path, args: Sequence[str]) -> list[str]:
             f"--san-inventory={inventory}", *args]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C (every ``finally`` runs) but known to have reached only us."""
+
+
+def _stop_pytest(proc: subprocess.Popen[bytes], forwarded: bool) -> None:
+    # Ctrl-C on a terminal reaches pytest too: give it time to stop on its own (a second SIGINT would cut
+    # its teardown short). SIGTERM reached only us: pass it on as the SIGINT pytest stops cleanly on.
+    try:
+        proc.wait(timeout=10 if forwarded else 0)
+        return
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run(opts: UpOptions, pytest_args: Sequence[str], progress: Progress | None = None) -> int:
     """up, the conformance suite on the lab, down (whatever happens); pytest's exit status."""
     progress = progress or Progress()
@@ -525,20 +565,15 @@ def run(opts: UpOptions, pytest_args: Sequence[str], progress: Progress | None =
         up(opts, progress)
         argv = pytest_command(opts.inventory, pytest_args)
         progress("host", "running " + " ".join(argv[1:]))
+        if threading.current_thread() is threading.main_thread():
+            # Started in the background by a shell, we inherit SIGINT ignored, and so would pytest: then
+            # it could not be stopped the way it cleans up (SIGINT). A handler resets to default on exec.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         proc = subprocess.Popen(argv)
         try:
             return proc.wait()
-        except KeyboardInterrupt:
-            # Ctrl-C reached pytest too (same terminal); SIGTERM reached only us: pass it on.
-            try:
-                return proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        except KeyboardInterrupt as exc:
+            _stop_pytest(proc, forwarded=not isinstance(exc, Terminated))
             raise
     finally:
         down(opts.state_dir, progress)
