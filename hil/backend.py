@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_san.errors import SanError, WsaError
@@ -11,6 +11,7 @@ from pytest_san.types import Leak
 
 from .client import AgentClient, AgentError
 from .inventory import HostConfig
+from .leases import LeaseLog, LeasePolicy, Leaser
 from .remote import RemoteNode, RemoteProcess, RemoteSocket, Session
 from .transport import Transport, open_transport
 
@@ -18,15 +19,18 @@ from .transport import Transport, open_transport
 class Agent:
     """One host: its transport, its agent and the nodes the agent serves."""
 
-    def __init__(self, host: HostConfig, connect: Callable[[HostConfig], Transport]) -> None:
+    def __init__(self, host: HostConfig, connect: Callable[[HostConfig], Transport],
+                 lease: Mapping[str, Any] | None = None) -> None:
         self.host = host
         self._connect = connect
+        self.lease = lease  # who we are, for the host's lease file (hil/leases.py)
         self.start()
 
     def start(self) -> None:
+        """Connect and start the agent; ``HostBusy`` if another agent holds the host's lease."""
         self.transport = self._connect(self.host)
         try:
-            self.client = AgentClient(self.host, self.transport)
+            self.client = AgentClient(self.host, self.transport, lease=self.lease)
         except BaseException:
             self.transport.close()
             raise
@@ -64,16 +68,21 @@ class HilBackend:
     name = "hil"
 
     def __init__(self, hosts: Sequence[HostConfig],
-                 connect: Callable[[HostConfig], Transport] = open_transport) -> None:
+                 connect: Callable[[HostConfig], Transport] = open_transport, *,
+                 leases: LeasePolicy | None = None) -> None:
+        """Lease ``leases.count`` of ``hosts`` (default: all of them) and start their agents.
+
+        A leased host is waited for (up to ``leases.timeout``), see hil/leases.py.
+        """
         if not hosts:
             raise ValueError("the hil backend needs at least one host")
+        policy = leases or LeasePolicy()
+        holder = policy.request.holder()
         self.agents: list[Agent] = []
-        try:
-            for host in hosts:
-                self.agents.append(Agent(host, connect))
-        except BaseException:
-            self.close()
-            raise
+        self.lease_log = LeaseLog(policy.request.worker)
+        self._leaser: Leaser[Agent] = Leaser(policy, lambda h: Agent(h, connect, holder), Agent.close)
+        self.agents = self._leaser.acquire(hosts)
+        self.lease_log.start([a.host.name for a in self.agents])
         caps = frozenset.intersection(*(a.capabilities for a in self.agents)) | {"hil"}
         self._capabilities = caps - {"emulator"}
 
@@ -118,9 +127,17 @@ class HilBackend:
 
     def reset(self) -> None:
         for agent in self.agents:
-            agent.reset()
+            if agent.client.dead:
+                # Its lease ended with it (when it was last heard from); a fresh agent leases the host again.
+                self.lease_log.end(agent.client.last_reply)
+                agent.close()
+                self._leaser.restart(agent.host, agent.start)
+                self.lease_log.start([a.host.name for a in self.agents])
+            else:
+                agent.reset()
 
     def close(self) -> None:
+        self.lease_log.end()  # before the agents go: a record never claims more than was held
         for agent in self.agents:
             agent.close()
 

@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .lab.cli import add_lab_commands
 
     add_lab_commands(commands)
+    from .nightly import add_nightly_command
+
+    add_nightly_command(commands)
     return parser
 
 

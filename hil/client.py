@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import shlex
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +24,23 @@ class AgentError(RuntimeError):
     """The agent failed in a way that is not a SAN error: the message names the host."""
 
 
+class HostBusy(AgentError):
+    """The host is leased by another agent (another worker, run or controller); ``holder`` says whose."""
+
+    def __init__(self, host: str, holder: Mapping[str, Any], message: str) -> None:
+        super().__init__(message)
+        self.host = host
+        self.holder = dict(holder)
+
+    def __reduce__(self) -> tuple[type[HostBusy], tuple[str, dict[str, Any], str]]:
+        return type(self), (self.host, self.holder, str(self))
+
+
 class AgentClient:
     """One agent process on one host; ``call`` sends a request and waits for its reply."""
 
     def __init__(self, host: HostConfig, transport: Transport, *, call_timeout: float = 120.0,
-                 start_timeout: float = 60.0) -> None:
+                 start_timeout: float = 60.0, lease: Mapping[str, Any] | None = None) -> None:
         self.host = host
         self.transport = transport
         self.call_timeout = call_timeout
@@ -37,13 +51,22 @@ class AgentClient:
         argv = [host.python_interpreter, f"{directory}/hil/agent/__main__.py", "--engine", host.engine,
                 "--host", host.name, "--hash", self.content_hash,
                 "--options", json.dumps(self._engine_options())]
+        if lease is not None:
+            argv += ["--lease", json.dumps(dict(lease), sort_keys=True)]
         self.command = shlex.join(argv)
         self.channel: Channel = transport.spawn(argv)
         self.dead: str | None = None
+        self.last_reply = time.time()  # when the agent was last heard from (wall clock)
         hello = self._read(start_timeout, "the agent's hello")
         if "hello" not in hello:
             raise AgentError(f"{self.where}: expected a hello from the agent, got {hello!r:.200}")
         self.hello: dict[str, Any] = hello["hello"]
+        if "busy" in self.hello:
+            self.channel.close()
+            from .leases import describe_holder
+
+            holder = self.hello["busy"] if isinstance(self.hello["busy"], dict) else {}
+            raise HostBusy(host.name, holder, f"{self.where}: leased by {describe_holder(holder)}")
         if self.hello.get("protocol") != wire.PROTOCOL_VERSION or self.hello.get("hash") != self.content_hash:
             raise AgentError(f"{self.where}: agent speaks protocol {self.hello.get('protocol')} with hash "
                              f"{self.hello.get('hash')}, this controller {wire.PROTOCOL_VERSION} / {self.content_hash}")
@@ -65,6 +88,7 @@ class AgentClient:
         except TransportError as exc:
             self.dead = str(exc)
             raise AgentError(f"{self.where}: agent gone while waiting for {what}: {exc}") from None
+        self.last_reply = time.time()
         return wire.decode(line)
 
     def call(self, obj: int, method: str, *args: Any, timeout: float | None = None) -> Any:

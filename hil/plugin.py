@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["hil.xdist"]  # leases: --san-lease-timeout, --san-hosts-per-worker, the report's "leases"
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("san")
@@ -27,7 +29,6 @@ def pytest_san_backend_names(config: pytest.Config) -> Iterable[str]:
 def pytest_san_make_backend(config: pytest.Config, name: str) -> Any:
     if name != "hil":
         return None
-    from .backend import HilBackend
     from .inventory import InventoryError, load_inventory
 
     path = config.getoption("san_inventory") or config.getini("san_inventory")
@@ -39,7 +40,9 @@ def pytest_san_make_backend(config: pytest.Config, name: str) -> Any:
         hosts = load_inventory(path).select(group, names.split(",") if names else None)
     except InventoryError as exc:
         raise pytest.UsageError(str(exc)) from None
-    return HilBackend(hosts)
+    from .xdist import leased_backend
+
+    return leased_backend(config, hosts)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -2,11 +2,15 @@
 
 Answers requests on stdin until stdin closes (the controller, or its SSH connection, went away),
 then releases everything it holds and exits. Python 3.9+, standard library (+ pyverbs for verbs).
+
+Before serving it leases its host (``lease.py``: an flock held until it exits); when another agent
+holds the lease, its hello is ``{"busy": <holder>}`` and it exits with status 4 without serving.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -14,7 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the pushed tree: hil/agent and, for the emulator engine, pytest_san
 
-from hil.agent import server, wire  # noqa: E402
+from hil.agent import lease, server, wire  # noqa: E402
+
+BUSY = 4  # exit status of an agent that found its host leased by another
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,13 +29,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=os.uname().nodename)
     parser.add_argument("--hash", required=True, help="the content hash the controller pushed")
     parser.add_argument("--options", default="{}", help="engine options as JSON")
+    parser.add_argument("--lease", default="{}", help="who leases the host (controller, pid, worker, run) as JSON")
     args = parser.parse_args(argv)
     mine = wire.tree_hash(server.agent_files(ROOT))
     if mine != args.hash:
         # An older (or newer) copy must never answer this controller.
         print(f"agent {ROOT}: content hash {mine} does not match the controller's {args.hash}", file=sys.stderr)
         return 3
-    return server.serve(args.engine, args.host, args.options, mine, sys.stdin.buffer, sys.stdout.buffer)
+    held, holder = lease.take(str(ROOT.parent), args.host, json.loads(args.lease))
+    if held is None:
+        busy = {"protocol": wire.PROTOCOL_VERSION, "hash": mine, "pid": os.getpid(), "busy": holder}
+        sys.stdout.buffer.write(wire.encode({"hello": busy}))
+        sys.stdout.buffer.flush()
+        return BUSY
+    try:
+        return server.serve(args.engine, args.host, args.options, mine, sys.stdin.buffer, sys.stdout.buffer)
+    finally:
+        held.release()  # after the engine released everything: the host is clean for the next holder
 
 
 if __name__ == "__main__":
