@@ -95,7 +95,7 @@ class VerbsOperation:
             if not self.process.alive:  # the process died: the kernel flushed it
                 return {"status": 5, "bytes": 0}
             done = self.process.child.op_wait(self.op_id, timeout)
-            self._result = {"status": done["status"], "bytes": done["bytes"]}
+            self._result = {"status": done["status"], "bytes": done["bytes"], "wc_status": done.get("wc_status")}
         return self._result
 
 
