@@ -521,10 +521,12 @@ class SshTransport(Transport):
             raise self.error("the SSH connection was lost" + (f" ({reason})" if reason else ""))
         return transport
 
-    def _open(self, command: str) -> paramiko.Channel:
+    def _open(self, command: str, timeout: float | None = None) -> paramiko.Channel:
         transport = self._active()
+        # A frozen or vanished host never answers the open: wait no longer than the caller allows.
+        wait = self.channel_timeout if timeout is None else min(timeout, self.channel_timeout)
         try:
-            chan = transport.open_session(timeout=self.channel_timeout)
+            chan = transport.open_session(timeout=wait)
         except _NET_ERRORS as exc:
             raise self.error(f"cannot open a session for `{describe(command)}`: {exc}") from None
         try:
@@ -537,7 +539,8 @@ class SshTransport(Transport):
     def _start(self, argv: Sequence[str], timeout: float) -> SshChannel:
         """Run ``argv`` behind ``echo $$; exec``: its first line is its pid, so it can be signalled."""
         command = shlex.join(argv)
-        channel = SshChannel(self.label, describe(command), self._open(f"echo $$; exec {command}"), self._kill)
+        channel = SshChannel(self.label, describe(command), self._open(f"echo $$; exec {command}", timeout),
+                             self._kill)
         try:
             line = channel.readline(timeout)
             channel.pid = int(line)

@@ -1,0 +1,390 @@
+"""The Soft-RoCE lab side by side: boot time, the suite's wall time on it, RDMA write bandwidth (issue 4, item 5).
+
+Run against a running lab (``san-hil lab up --hosts 2 --inventory-out /tmp/lab.yaml``)::
+
+    python benchmarks/lab.py --inventory /tmp/lab.yaml [--seconds 10] [--no-suite] [--no-profile] [--json out.json]
+
+or let it boot (and afterwards tear down) a lab of its own in a fresh state directory::
+
+    python benchmarks/lab.py --boot [--hosts 2] [--state-dir DIR] [san-hil lab up options after --up-args]
+
+It prints, measured in one run:
+
+a. the lab's boot time: with ``--boot`` the wall time of ``san-hil lab up``; otherwise the time the running
+   lab's state records from its start to ready (``state.json`` is last written when ``up`` marks it ready);
+b. the wall time of ``python -m pytest --pyargs pytest_san.scenarios --san-backend=hil --san-inventory=...``
+   in a subprocess, with its outcome counts;
+c. RDMA write bandwidth at 64 KiB between the first two guests: the harness (``hil.bandwidth.measure_harness``:
+   pytest-san's public API, one ``rdma_write(...).wait()`` after another) against
+   ``ib_write_bw -d rxe0 -x 1 -s 65536 -n 2000 -F`` (server without an address on the second guest, client
+   with the second guest's ``san_lab_address`` on the first), printed as the ratio harness / ib_write_bw
+   with the goal >= 0.8, PASS or MISS;
+d. where the harness's time goes (``--no-profile`` skips it): one agent round trip, one that reaches the
+   verbs child, the post and the wait of each 64 KiB write, writes posted in windows of N before waiting
+   (the public API allows it; hil/bandwidth.py does not do it), and one large write for what the link moves.
+
+The suite and the measurements run one after the other: each leases the hosts (the suite's agents hold the
+leases while it runs), so they never share the guests. ``--check`` exits 1 when the ratio misses the goal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run from a checkout without installing: hil/ and pytest_san/ sit here
+    sys.path.insert(0, str(ROOT))
+
+from hil.backend import Agent, HilBackend  # noqa: E402
+from hil.bandwidth import BandwidthError, address_of, measure_harness, parse_ib_write_bw  # noqa: E402
+from hil.inventory import HostConfig, load_inventory  # noqa: E402
+from hil.lab.state import STATE_FILE, LabState  # noqa: E402
+from hil.transport import Channel, TransportError  # noqa: E402
+from pytest_san import Access, Status, Switch  # noqa: E402
+
+SIZE = 64 * 1024
+ITERATIONS = 2000
+GOAL = 0.8
+MIB = 1 << 20
+WINDOWS = (4, 16, 32)
+LARGE = 16 << 20  # the single large write of the profile
+
+
+def gbps(nbytes: float, seconds: float) -> float:
+    return nbytes * 8 / seconds / 1e9 if seconds > 0 else float("nan")
+
+
+def mibps(gb_per_s: float) -> float:
+    return gb_per_s * 1e9 / 8 / MIB
+
+
+# --- a. boot time --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Boot:
+    seconds: float | None
+    how: str
+
+
+def recorded_boot(hosts: Sequence[HostConfig], inventory: Path) -> Boot:
+    """The running lab's start-to-ready time, from its state directory (where ``up`` put the lab's key)."""
+    key = hosts[0].key_file
+    if key is None:
+        return Boot(None, "not recorded: the inventory names no key file, so no lab state to read")
+    directory = key.parent
+    state = LabState.load(directory)
+    if state is None:
+        return Boot(None, f"not recorded: no {STATE_FILE} in {directory} (not a san-hil lab?)")
+    if not state.ready:
+        return Boot(None, f"not recorded: the lab in {directory} is not ready")
+    ready_at = getattr(state, "ready_at", None)  # if the state ever records it
+    if not isinstance(ready_at, (int, float)):
+        ready_at = (directory / STATE_FILE).stat().st_mtime  # written last when `up` marked the lab ready
+    note = "" if state.inventory is None or Path(state.inventory).resolve() == inventory.resolve() else (
+        f"; its inventory is {state.inventory}")
+    return Boot(ready_at - state.started, f"recorded by the lab in {directory}: start to ready{note}")
+
+
+def boot_lab(hosts: int, state_dir: Path, inventory: Path, extra: Sequence[str]) -> Boot:
+    argv = ["san-hil", "lab", "up", "--hosts", str(hosts), "--state-dir", str(state_dir),
+            "--inventory-out", str(inventory), *extra]
+    print(f"booting: {' '.join(argv)}", flush=True)
+    began = time.perf_counter()
+    result = subprocess.run(argv, stdin=subprocess.DEVNULL)
+    took = time.perf_counter() - began
+    if result.returncode != 0:
+        raise SystemExit(f"lab up failed (exit {result.returncode}) after {took:.0f} s")
+    return Boot(took, f"wall time of `san-hil lab up --hosts {hosts}` (kernel cache, keys, hub, guests, ports ACTIVE)")
+
+
+# --- b. the suite on the lab ---------------------------------------------------------------------------
+
+
+@dataclass
+class Suite:
+    seconds: float
+    returncode: int
+    summary: str
+    failed_rules: list[str] = field(default_factory=list)
+
+
+def run_suite(inventory: Path, workdir: Path, timeout: float) -> Suite:
+    report = workdir / "lab-report.json"
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios",
+            "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    print(f"suite: {' '.join(argv[1:])}", flush=True)
+    began = time.perf_counter()
+    try:
+        result = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, env=env, timeout=timeout,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return Suite(time.perf_counter() - began, -1, f"did not finish within {timeout:g} s")
+    took = time.perf_counter() - began
+    lines = [ln for ln in result.stdout.strip().splitlines() if ln.strip()]
+    summary = lines[-1].strip("= ") if lines else "(no output)"
+    failed: list[str] = []
+    if report.exists():
+        rules = json.loads(report.read_text()).get("rules", {})
+        failed = [r for r, counts in rules.items() if counts.get("failed")]
+    if result.returncode != 0:
+        sys.stdout.write(result.stdout[-4000:] + result.stderr[-2000:])
+    return Suite(took, result.returncode, summary, failed)
+
+
+# --- c. bandwidth: the harness and ib_write_bw -----------------------------------------------------------
+
+
+def ib_write_bw_args(agent: Agent) -> list[str]:
+    device = agent.host.device or str(agent.client.hello.get("device") or "rxe0")
+    gid = agent.host.gid_index if agent.host.gid_index is not None else agent.client.hello.get("gid_index", 1)
+    return ["ib_write_bw", "-d", device, "-x", str(gid), "-s", str(SIZE), "-n", str(ITERATIONS), "-F"]
+
+
+PERFTEST_PORT = 18515  # perftest's default port
+
+
+def listening(agent: Agent, port: int) -> bool:
+    shown = agent.transport.run(["ss", "-Hltn", f"sport = :{port}"], timeout=30)
+    return shown.returncode == 0 and bool(shown.stdout.strip())
+
+
+_UNIT = re.compile(r"BW average\[(MB|Gb)/sec\]")
+
+
+def measure_ib_write_bw(client: Agent, server: Agent, timeout: float = 300.0) -> tuple[float, str]:
+    """(Gb/s, the client's command line) of ib_write_bw at SIZE from ``client`` to ``server``."""
+    argv = ib_write_bw_args(server)
+    try:
+        listener: Channel = server.transport.spawn(argv)
+    except TransportError as exc:
+        raise BandwidthError(f"{server.host.name}: cannot start {' '.join(argv)}: {exc}") from None
+    try:
+        # Its "Waiting for client" line sits in stdio's buffer (stdout is a pipe): watch for its port instead.
+        deadline = time.monotonic() + 60
+        while not listening(server, PERFTEST_PORT):
+            if not listener.alive or time.monotonic() > deadline:
+                raise BandwidthError(f"{server.host.name}: the ib_write_bw server is not listening on "
+                                     f"{PERFTEST_PORT}: {listener.stderr_text(wait=1.0).strip()[-600:]}")
+            time.sleep(0.5)
+        command = [*ib_write_bw_args(client), address_of(server)]
+        result = client.transport.run(command, timeout=timeout)
+    finally:
+        listener.close(grace=5.0)
+    if result.returncode != 0:
+        raise BandwidthError(f"{client.host.name}: {' '.join(command)} exited {result.returncode}: "
+                             f"{(result.stderr or result.stdout).strip()[-600:]}")
+    rows = [p for p in parse_ib_write_bw(result.stdout) if p[0] == SIZE]
+    unit = _UNIT.search(result.stdout)
+    if not rows or unit is None:
+        raise BandwidthError(f"{client.host.name}: no {SIZE}-byte row in ib_write_bw's output: {result.stdout[-600:]}")
+    value = rows[0][1]
+    # perftest: MB/sec is 2^20 bytes per second, Gb/sec 10^9 bits per second (format_factor).
+    return (value * MIB * 8 / 1e9 if unit[1] == "MB" else value), " ".join(command)
+
+
+# --- d. where the harness's time goes --------------------------------------------------------------------
+
+
+def per_call_ms(call: Callable[[], object], seconds: float, least: int = 5) -> float:
+    count, began = 0, time.perf_counter()
+    while count < least or time.perf_counter() - began < seconds:
+        call()
+        count += 1
+    return (time.perf_counter() - began) / count * 1e3
+
+
+def cpu_jiffies(agent: Agent) -> tuple[int, int]:
+    """(busy, total) jiffies of the host's CPUs so far, from /proc/stat."""
+    fields = [int(v) for v in agent.transport.run(["head", "-1", "/proc/stat"], timeout=30).stdout.split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class Busy:
+    """How busy each host's CPU was between ``start()`` and ``stop()``, as a fraction."""
+
+    def __init__(self, agents: Sequence[Agent]) -> None:
+        self.agents = agents
+        self.before: list[tuple[int, int]] = []
+
+    def start(self) -> None:
+        self.before = [cpu_jiffies(a) for a in self.agents]
+
+    def stop(self) -> dict[str, float]:
+        after = [cpu_jiffies(a) for a in self.agents]
+        return {a.host.name: (b1 - b0) / max(1, t1 - t0)
+                for a, (b0, t0), (b1, t1) in zip(self.agents, self.before, after, strict=True)}
+
+
+def profile(backend: HilBackend, seconds: float) -> dict[str, Any]:
+    busy = Busy(backend.agents[:2])
+    conn = Switch(backend).connect()
+    a, b = conn.local, conn.remote
+    out: dict[str, Any] = {}
+    try:
+        out["agent_rtt_ms"] = per_call_ms(lambda: a.process.alive, seconds / 4)  # controller <-> agent
+        out["child_rtt_ms"] = per_call_ms(lambda: a.socket.connected, seconds / 4)  # ... <-> verbs child
+        src, dst = a.process.alloc(LARGE), b.process.alloc(LARGE)
+        src.write(bytes(range(256)) * (SIZE // 256))
+        handle = a.provider.register_memory(a.socket, src, Access.READ)
+        desc = b.provider.register_rdma_memory(b.socket, dst, Access.WRITE)
+        small = src.view(0, SIZE)
+
+        def post() -> Any:
+            return a.provider.rdma_write(a.socket, [(small, handle)], desc)
+
+        def settle(op: Any) -> None:
+            done = op.wait(timeout=60)
+            if done.status is not Status.SUCCESS:
+                raise BandwidthError(f"profile: a {SIZE}-byte write completed {done.status.name}")
+
+        settle(post())  # warm-up
+        posts: list[float] = []
+        waits: list[float] = []
+        busy.start()
+        began = time.perf_counter()
+        while len(posts) < 5 or time.perf_counter() - began < seconds / 2:
+            t0 = time.perf_counter()
+            op = post()
+            t1 = time.perf_counter()
+            settle(op)
+            posts.append(t1 - t0)
+            waits.append(time.perf_counter() - t1)
+        out["sequential"] = {"writes": len(posts), "post_ms": statistics.median(posts) * 1e3,
+                             "wait_ms": statistics.median(waits) * 1e3,
+                             "gbps": gbps(SIZE * len(posts), time.perf_counter() - began), "cpu": busy.stop()}
+        out["windows"] = {}
+        out["windows_cpu"] = {}
+        for window in WINDOWS:
+            busy.start()
+            count, began = 0, time.perf_counter()
+            while count < 2 * window or time.perf_counter() - began < seconds / 2:
+                ops = [post() for _ in range(window)]
+                for op in ops:
+                    settle(op)
+                count += window
+            out["windows"][window] = gbps(SIZE * count, time.perf_counter() - began)
+            out["windows_cpu"][window] = busy.stop()
+        busy.start()
+        began = time.perf_counter()
+        done = a.provider.rdma_write(a.socket, [(src, handle)], desc).wait(timeout=120)
+        took = time.perf_counter() - began
+        if done.status is not Status.SUCCESS:
+            raise BandwidthError(f"profile: the {LARGE}-byte write completed {done.status.name}")
+        out["large"] = {"bytes": LARGE, "seconds": took, "gbps": gbps(LARGE, took), "cpu": busy.stop()}
+    finally:
+        conn.close()
+    return out
+
+
+# --- the run ---------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python benchmarks/lab.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--inventory", type=Path, default=None,
+                        help="a running lab's inventory (default: $SAN_LAB_INVENTORY)")
+    parser.add_argument("--boot", action="store_true", help="boot a lab of its own with san-hil lab up (and down)")
+    parser.add_argument("--hosts", type=int, default=2, help="with --boot: guests to boot")
+    parser.add_argument("--state-dir", type=Path, default=None, help="with --boot: the lab's state directory")
+    parser.add_argument("--up-args", nargs=argparse.REMAINDER, default=[], help="with --boot: more lab up options")
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long the harness measures (default 10)")
+    parser.add_argument("--suite-timeout", type=float, default=3600.0)
+    parser.add_argument("--no-suite", action="store_true", help="skip the suite's wall time")
+    parser.add_argument("--no-profile", action="store_true", help="skip the breakdown of the harness's time")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the ratio misses the goal")
+    args = parser.parse_args(argv)
+
+    workdir = Path(tempfile.mkdtemp(prefix="san-lab-bench-"))
+    booted: Path | None = None
+    try:
+        if args.boot:
+            booted = args.state_dir or workdir / "lab"
+            inventory = booted / "lab.yaml"
+            boot = boot_lab(args.hosts, booted, inventory, args.up_args)
+        else:
+            value = args.inventory or os.environ.get("SAN_LAB_INVENTORY")
+            if not value:
+                parser.error("give --inventory PATH of a running lab (or --boot to boot one)")
+            inventory = Path(value)
+        hosts = load_inventory(inventory).select("san")[:2]
+        if len(hosts) < 2 or any(h.engine != "verbs" for h in hosts):
+            raise SystemExit(f"{inventory}: needs two verbs hosts in group san, got {[h.name for h in hosts]}")
+        if not args.boot:
+            boot = recorded_boot(hosts, inventory)
+        print(f"boot: {boot.how}: " + ("-" if boot.seconds is None else f"{boot.seconds:.1f} s"), flush=True)
+
+        suite = None if args.no_suite else run_suite(inventory.resolve(), workdir, args.suite_timeout)
+        if suite is not None:
+            print(f"suite: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}", flush=True)
+
+        result: dict[str, Any] = {"inventory": str(inventory), "hosts": [h.name for h in hosts],
+                                  "boot": asdict(boot), "suite": asdict(suite) if suite else None}
+        backend = HilBackend(hosts)
+        try:
+            client, server = backend.agents[0], backend.agents[1]
+            print(f"harness: {SIZE}-byte rdma_write(...).wait() for {args.seconds:g} s", flush=True)
+            harness = measure_harness(backend, sizes=(SIZE,), seconds=args.seconds)[0][1]
+            print("ib_write_bw ...", flush=True)
+            perftest, command = measure_ib_write_bw(client, server)
+            breakdown = None if args.no_profile else profile(backend, args.seconds)
+        finally:
+            backend.close()
+    finally:
+        if booted is not None:
+            subprocess.run(["san-hil", "lab", "down", "--state-dir", str(booted)], stdin=subprocess.DEVNULL)
+
+    ratio = harness / perftest
+    verdict = "PASS" if ratio >= GOAL else "MISS"
+    result.update({"harness_gbps": harness, "ib_write_bw_gbps": perftest, "ib_write_bw_command": command,
+                   "ratio": ratio, "goal": GOAL, "verdict": verdict, "profile": breakdown})
+    names = " <-> ".join(h.name for h in hosts)
+    print()
+    print(f"lab {inventory} ({names})")
+    print(f"  boot time            {'-' if boot.seconds is None else f'{boot.seconds:8.1f} s'}   {boot.how}")
+    if suite is not None:
+        rules = f"; rules failing: {', '.join(suite.failed_rules)}" if suite.failed_rules else ""
+        print(f"  suite on the lab     {suite.seconds:8.1f} s   exit {suite.returncode}: {suite.summary}{rules}")
+    print(f"  RDMA write {SIZE // 1024} KiB   harness {harness:.4f} Gb/s ({mibps(harness):.2f} MiB/s)   "
+          f"ib_write_bw {perftest:.4f} Gb/s ({mibps(perftest):.2f} MiB/s)")
+    print(f"  ratio harness/ib_write_bw {ratio:.2f}   goal >= {GOAL}   {verdict}")
+    print(f"    ({command}; server on {server.host.name} without an address)")
+    if breakdown is not None:
+        seq = breakdown["sequential"]
+
+        def cpu(fractions: dict[str, float]) -> str:
+            return "guest CPU busy " + ", ".join(f"{name} {share:.0%}" for name, share in fractions.items())
+
+        print("  where the harness's time goes (64 KiB writes):")
+        print(f"    agent round trip (process.alive)          {breakdown['agent_rtt_ms']:7.1f} ms")
+        print(f"    agent + verbs child (socket.connected)    {breakdown['child_rtt_ms']:7.1f} ms")
+        print(f"    rdma_write post / wait, one at a time      {seq['post_ms']:7.1f} / {seq['wait_ms']:.1f} ms"
+              f"  -> {seq['gbps']:.4f} Gb/s; {cpu(seq['cpu'])}")
+        for window, rate in breakdown["windows"].items():
+            print(f"    {window:2d} posted, then waited                     {rate:.4f} Gb/s "
+                  f"(ratio {rate / perftest:.2f}); {cpu(breakdown['windows_cpu'][window])}")
+        large = breakdown["large"]
+        print(f"    one {large['bytes'] >> 20} MiB write                          {large['gbps']:.4f} Gb/s "
+              f"({large['seconds']:.2f} s); {cpu(large['cpu'])}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 1 if args.check and verdict == "MISS" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
