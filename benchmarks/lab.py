@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -348,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if booted is not None:
             subprocess.run(["san-hil", "lab", "down", "--state-dir", str(booted)], stdin=subprocess.DEVNULL)
+        shutil.rmtree(workdir, ignore_errors=True)  # the suite's report (read above) and, with --boot, the lab's
 
     ratio = harness / perftest
     verdict = "PASS" if ratio >= GOAL else "MISS"

@@ -125,21 +125,23 @@ def _json_list(text: str) -> list[dict[str, Any]]:
 
 def measure_ib_write_bw(client: Agent, server: Agent, timeout: float = 180.0) -> list[Point]:
     """``ib_write_bw -a`` from ``client``'s host to ``server``'s, each started over its transport."""
-    argv = ["ib_write_bw", *perftest_args(server)]
+    # stdbuf: perftest's stdout is block-buffered into a pipe, so its banner would never arrive.
+    argv = ["stdbuf", "-oL", "ib_write_bw", *perftest_args(server)]
     try:
         listener: Channel = server.transport.spawn(argv)
     except TransportError as exc:
         raise BandwidthError(f"{server.host.name}: cannot start {' '.join(argv)}: {exc}") from None
     try:
-        deadline = time.monotonic() + 30
-        while True:  # the server prints its parameters, then waits for the client
-            try:
-                line = listener.readline(max(0.1, deadline - time.monotonic()))
-            except TransportError as exc:
-                raise BandwidthError(f"{server.host.name}: ib_write_bw server did not start: {exc}") from None
-            if b"Waiting for client" in line or b"waiting for client" in line.lower():
+        try:  # the server prints its parameters once its device is open, then waits for the client
+            listener.readline(60.0)
+        except TransportError as exc:
+            raise BandwidthError(f"{server.host.name}: ib_write_bw server did not start: {exc}") from None
+        client_argv = ["ib_write_bw", *perftest_args(client), address_of(server)]
+        for attempt in range(5):  # the listener may need a moment after its banner under TCG
+            result = client.transport.run(client_argv, timeout=timeout)
+            if result.returncode == 0 or not listener.alive:
                 break
-        result = client.transport.run(["ib_write_bw", *perftest_args(client), address_of(server)], timeout=timeout)
+            time.sleep(1.0 + attempt)
     finally:
         listener.close(grace=2.0)
     if result.returncode != 0:

@@ -156,7 +156,11 @@ def test_link_down_mid_transfer(lab_hosts: list[HostConfig], side: str) -> None:
             down = time.monotonic()
             state_down = port_state(victim)
             for op in ops:  # in send-queue order: the first error completion is the report we want
-                completions.append(op.wait(timeout=max(0.0, down + FAILURE_BOUND - time.monotonic())))
+                try:
+                    completions.append(op.wait(timeout=max(0.0, down + FAILURE_BOUND - time.monotonic())))
+                except TimeoutError:
+                    pytest.fail(f"{side} {victim.host.name}: {netdev} down, but no error completion within "
+                                f"{FAILURE_BOUND:g} s (completed so far: {completions})")
                 if completions[-1].status is not Status.SUCCESS:
                     failed = completions[-1]
                     break
@@ -212,7 +216,7 @@ def frozen(pid: int) -> Iterator[None]:
         finally:
             os.kill(pid, signal.SIGCONT)
     finally:
-        watchdog.kill()
+        os.killpg(watchdog.pid, signal.SIGKILL)  # its own group: the shell and its sleep
         watchdog.wait()
 
 
