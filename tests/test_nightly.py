@@ -280,5 +280,6 @@ def test_ib_write_bw_runs_over_the_transport(tmp_path: Path, monkeypatch: pytest
         assert bandwidth.measure_ib_write_bw(agent, agent) == [(2, 0.009), (4096, 2.47), (8388608, 9.05)]
     finally:
         backend.close()
-    assert (fake.parent / "server-args").read_text().split() == ["-a", "-F", "--report_gbits", "-d", "rxe0", "-x", "1"]
+    expected = ["-a", "-n", "20", "-F", "--report_gbits", "-d", "rxe0", "-x", "1"]
+    assert (fake.parent / "server-args").read_text().split() == expected
     assert (fake.parent / "client-args").read_text().split()[-3:] == ["-x", "1", "127.0.0.1"]
