@@ -49,7 +49,7 @@ def devices() -> list[dict[str, Any]]:
 
 def netdevs() -> tuple[list[dict[str, Any]], str]:
     try:
-        from pyroute2 import IPRoute  # type: ignore[import-not-found]
+        from pyroute2 import IPRoute  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         return _netdevs_ip(), "ip -j"
     with IPRoute() as ipr:
