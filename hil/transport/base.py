@@ -104,36 +104,30 @@ class Channel(ABC):
                 return line
             if self._eof:
                 raise self._ended()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self.error(f"`{self.command}` sent no complete line within {timeout:g} s{self._tail()}")
-            try:
-                chunk = self._chunks.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if chunk:
-                self._buffer += chunk
-            else:
-                self._eof = True
+            self._pull(deadline, f"sent no complete line within {timeout:g} s")
 
     def read_to_eof(self, timeout: float) -> bytes:
         """Everything left on stdout up to EOF; TransportError after ``timeout`` s."""
         deadline = time.monotonic() + timeout
         while not self._eof:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self.error(f"`{self.command}` did not finish within {timeout:g} s{self._tail()}")
-            try:
-                chunk = self._chunks.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if chunk:
-                self._buffer += chunk
-            else:
-                self._eof = True
+            self._pull(deadline, f"did not finish within {timeout:g} s")
         data = bytes(self._buffer)
         self._buffer.clear()
         return data
+
+    def _pull(self, deadline: float, late: str) -> None:
+        """Add the next chunk of stdout to the buffer (or note EOF); past ``deadline``, fail saying ``late``."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self.error(f"`{self.command}` {late}{self._tail()}")
+        try:
+            chunk = self._chunks.get(timeout=remaining)
+        except queue.Empty:
+            return
+        if chunk:
+            self._buffer += chunk
+        else:
+            self._eof = True
 
     def stderr_text(self, wait: float = 0.0) -> str:
         """The kept tail of stderr; ``wait`` s for the rest of it once the command has ended."""
