@@ -15,13 +15,15 @@ a. the lab's boot time: with ``--boot`` the wall time of ``san-hil lab up``; oth
 b. the wall time of ``python -m pytest --pyargs pytest_san.scenarios --san-backend=hil --san-inventory=...``
    in a subprocess, with its outcome counts;
 c. RDMA write bandwidth at 64 KiB between the first two guests: the harness (``hil.bandwidth.measure_harness``:
-   pytest-san's public API, one ``rdma_write(...).wait()`` after another) against
+   ``pytest_san.burst.rdma_write_burst`` on the public API; on a verbs host the agent's process keeps 16
+   writes in flight and reposts each as the previous completes, one controller round trip per burst) against
    ``ib_write_bw -d rxe0 -x 1 -s 65536 -n 2000 -F`` (server without an address on the second guest, client
    with the second guest's ``san_lab_address`` on the first), printed as the ratio harness / ib_write_bw
    with the goal >= 0.8, PASS or MISS;
 d. where the harness's time goes (``--no-profile`` skips it): one agent round trip, one that reaches the
-   verbs child, the post and the wait of each 64 KiB write, writes posted in windows of N before waiting
-   (the public API allows it; hil/bandwidth.py does not do it), and one large write for what the link moves.
+   verbs child, the post and the wait of single 64 KiB writes one at a time (a round trip each: what a
+   test's own ``rdma_write(...).wait()`` costs), bursts at depths 1, 4, 16 and 32, and one large write for
+   what the link moves.
 
 The suite and the measurements run one after the other: each leases the hosts (the suite's agents hold the
 leases while it runs), so they never share the guests. ``--check`` exits 1 when the ratio misses the goal.
@@ -49,7 +51,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing: hil/ an
     sys.path.insert(0, str(ROOT))
 
 from hil.backend import Agent, HilBackend  # noqa: E402
-from hil.bandwidth import BandwidthError, address_of, measure_harness, parse_ib_write_bw  # noqa: E402
+from hil.bandwidth import BandwidthError, address_of, measure_harness, parse_ib_write_bw, timed_burst  # noqa: E402
 from hil.inventory import HostConfig, load_inventory  # noqa: E402
 from hil.lab.state import STATE_FILE, LabState  # noqa: E402
 from hil.transport import Channel, TransportError  # noqa: E402
@@ -59,7 +61,7 @@ SIZE = 64 * 1024
 ITERATIONS = 2000
 GOAL = 0.8
 MIB = 1 << 20
-WINDOWS = (4, 16, 32)
+DEPTHS = (1, 4, 16, 32)
 LARGE = 16 << 20  # the single large write of the profile
 
 
@@ -268,18 +270,12 @@ def profile(backend: HilBackend, seconds: float) -> dict[str, Any]:
         out["sequential"] = {"writes": len(posts), "post_ms": statistics.median(posts) * 1e3,
                              "wait_ms": statistics.median(waits) * 1e3,
                              "gbps": gbps(SIZE * len(posts), time.perf_counter() - began), "cpu": busy.stop()}
-        out["windows"] = {}
-        out["windows_cpu"] = {}
-        for window in WINDOWS:
+        out["bursts"] = {}
+        out["bursts_cpu"] = {}
+        for depth in DEPTHS:
             busy.start()
-            count, began = 0, time.perf_counter()
-            while count < 2 * window or time.perf_counter() - began < seconds / 2:
-                ops = [post() for _ in range(window)]
-                for op in ops:
-                    settle(op)
-                count += window
-            out["windows"][window] = gbps(SIZE * count, time.perf_counter() - began)
-            out["windows_cpu"][window] = busy.stop()
+            out["bursts"][depth] = timed_burst(a, [(small, handle)], desc, SIZE, seconds / 2, depth)
+            out["bursts_cpu"][depth] = busy.stop()
         busy.start()
         began = time.perf_counter()
         done = a.provider.rdma_write(a.socket, [(src, handle)], desc).wait(timeout=120)
@@ -339,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend = HilBackend(hosts)
         try:
             client, server = backend.agents[0], backend.agents[1]
-            print(f"harness: {SIZE}-byte rdma_write(...).wait() for {args.seconds:g} s", flush=True)
+            print(f"harness: bursts of {SIZE}-byte rdma_writes for about {args.seconds:g} s", flush=True)
             harness = measure_harness(backend, sizes=(SIZE,), seconds=args.seconds)[0][1]
             print("ib_write_bw ...", flush=True)
             perftest, command = measure_ib_write_bw(client, server)
@@ -377,9 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"    agent + verbs child (socket.connected)    {breakdown['child_rtt_ms']:7.1f} ms")
         print(f"    rdma_write post / wait, one at a time      {seq['post_ms']:7.1f} / {seq['wait_ms']:.1f} ms"
               f"  -> {seq['gbps']:.4f} Gb/s; {cpu(seq['cpu'])}")
-        for window, rate in breakdown["windows"].items():
-            print(f"    {window:2d} posted, then waited                     {rate:.4f} Gb/s "
-                  f"(ratio {rate / perftest:.2f}); {cpu(breakdown['windows_cpu'][window])}")
+        for depth, rate in breakdown["bursts"].items():
+            print(f"    burst, {depth:2d} in flight                        {rate:.4f} Gb/s "
+                  f"(ratio {rate / perftest:.2f}); {cpu(breakdown['bursts_cpu'][depth])}")
         large = breakdown["large"]
         print(f"    one {large['bytes'] >> 20} MiB write                          {large['gbps']:.4f} Gb/s "
               f"({large['seconds']:.2f} s); {cpu(large['cpu'])}")

@@ -242,6 +242,17 @@ class RemoteProvider(Remote):
                   offset: int = 0) -> RemoteOperation:
         return self._op("rdma_read", socket, list(local_buffers), bytes(source_descriptor), offset)
 
+    def rdma_write_burst(self, socket: Any, local_buffers: Pairs, target_descriptor: bytes, offset: int = 0,
+                         count: int = 1, depth: int = 16) -> RemoteOperation:
+        """One round trip for the whole burst: the agent (the verbs child) reposts each write itself."""
+        return self._op("rdma_write_burst", socket, list(local_buffers), bytes(target_descriptor), offset,
+                        count, depth)
+
+    def rdma_read_burst(self, socket: Any, local_buffers: Pairs, source_descriptor: bytes, offset: int = 0,
+                        count: int = 1, depth: int = 16) -> RemoteOperation:
+        return self._op("rdma_read_burst", socket, list(local_buffers), bytes(source_descriptor), offset,
+                        count, depth)
+
     def send(self, socket: Any, buffers: Pairs) -> RemoteOperation:
         return self._op("send", socket, list(buffers))
 

@@ -6,7 +6,8 @@ SKIPPED with the reason -- they never pass silently. The rest (proxy, protocol, 
 without a device, the agent's Python 3.9 / standard-library constraints) run everywhere.
 
 In a guest: ``SAN_VERBS_RESULTS=/tmp/results.txt pytest tests/test_verbs_engine.py -v`` also writes
-what each rule check observed.
+what each rule check observed; ``SAN_REQUIRE_RDMA=1`` turns the skips into an error (CI runs it so, in the
+first lab guest, through ``san-hil lab ssh``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def _rdma_skip_reason() -> str | None:
 
 
 RDMA_SKIP = _rdma_skip_reason()
+if RDMA_SKIP is not None and os.environ.get("SAN_REQUIRE_RDMA"):  # CI in a lab guest: a skip would hide a failure
+    raise RuntimeError(f"SAN_REQUIRE_RDMA is set but the device tests cannot run: {RDMA_SKIP}")
 rdma = pytest.mark.skipif(RDMA_SKIP is not None, reason=RDMA_SKIP or "")
 
 
@@ -510,6 +513,49 @@ def test_window_bind_and_invalidate_behind_a_waiting_send(spawn: Callable[..., h
     assert again["status"] == C.STATUS_ACCESS_VIOLATION
     record("BIND", f"bind behind a waiting send took {took:.2f}s, window usable; invalidate behind it: peer write "
                    f"then {again['status']}; send still pending: {not a.call('op_done', op_id=send)}")
+
+
+@rdma
+def test_burst_behind_a_waiting_send_is_in_use_then_completes_or_aborts(
+        spawn: Callable[..., host.ChildProcess]) -> None:
+    a, b = spawn(), spawn()
+    sa, sb = connect(a, b)
+    src, h = source(a, sa, DATA)
+    target, desc = window(b, sb, len(DATA), C.ACCESS_WRITE)
+    burst_args = {"socket": sa, "buffers": [[src, len(DATA), h]], "descriptor": desc, "offset": 0}
+    for bad in ({"count": 0, "depth": 4}, {"count": 4, "depth": 0}):
+        assert san_error(lambda: a.call("rdma_write_burst", **burst_args, **bad)).code == C.WSAEINVAL  # noqa: B023
+    a.call("send", socket=sa, buffers=[[src, 64, h]])  # waits: b has posted no receive, so the burst queues
+    burst = a.call("rdma_write_burst", **burst_args, count=40, depth=32)
+    time.sleep(0.5)
+    assert not a.call("op_done", op_id=burst)
+    assert san_error(lambda: a.call("deregister_memory", socket=sa, handle=h)).code == C.WSAEINVAL  # R13
+    # The send queue counts the burst's 32 work requests: room for QUEUE_DEPTH - 1 - 32 more operations.
+    room = 0
+    while room <= C.QUEUE_DEPTH:
+        try:
+            a.call("rdma_write", **burst_args)
+        except C.SanError as exc:
+            assert exc.code == C.WSAENETDOWN
+            break
+        room += 1
+    assert room == C.QUEUE_DEPTH - 1 - 32
+    rbuf, _ = b.alloc(4096)
+    hr = b.call("register_memory", socket=sb, address=rbuf, length=4096, access=C.ACCESS_WRITE)
+    b.call("recv", socket=sb, buffers=[[rbuf, 4096, hr]])  # the send goes, then everything behind it
+    assert wait(a, burst) == {"status": C.STATUS_SUCCESS, "bytes": 40 * len(DATA)}
+    assert target.read() == DATA and target.intact()
+    a.call("deregister_memory", socket=sa, handle=h)  # complete: no longer in use
+    # Closed under a pending burst: ABORTED, nothing of it moved, every registration released (R11).
+    src2, h2 = source(a, sa, DATA)
+    a.call("send", socket=sa, buffers=[[src2, 64, h2]])
+    burst2 = a.call("rdma_write_burst", socket=sa, buffers=[[src2, len(DATA), h2]], descriptor=desc, offset=0,
+                    count=40, depth=4)
+    a.call("close_socket", socket=sa)
+    assert wait(a, burst2) == {"status": C.STATUS_ABORTED, "bytes": 0}
+    assert a.call("leaks") == []
+    record("BURST", f"burst behind a waiting send: pending, its handle WSAEINVAL, {room} more operations fit; "
+                    "after the peer's receive: SUCCESS 40 x 4 KiB; closed under one: ABORTED 0 bytes, no leak")
 
 
 @rdma

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_san.burst import WindowedBurst
 from pytest_san.emulator import (
     EmulatedNode,
     EmulatedOperation,
@@ -74,5 +75,6 @@ def kind_of(obj: Any) -> str:
 _KINDS: list[tuple[type, str]] = [
     (EmulatorEngine, "engine"), (EmulatedNode, "node"), (EmulatedProcess, "process"),
     (EmulatedProvider, "provider"), (EmulatedProxy, "proxy"), (EmulatedSocket, "socket"),
-    (EmulatedOperation, "operation"), (EmulatedAllocation, "allocation"), (EmulatedDmaAdapter, "adapter"),
+    (EmulatedOperation, "operation"), (WindowedBurst, "operation"), (EmulatedAllocation, "allocation"),
+    (EmulatedDmaAdapter, "adapter"),
 ]

@@ -15,7 +15,7 @@ from hil.agent.dispatch import METHODS, Dispatcher, Registry
 # What is pushed to a host: the agent and the parts of pytest_san the emulator engine runs.
 AGENT_TREES = ("hil/agent", "pytest_san/emulator", "pytest_san/switch")
 AGENT_FILES = ("hil/__init__.py", "pytest_san/__init__.py", "pytest_san/errors.py", "pytest_san/types.py",
-               "pytest_san/protocols.py")
+               "pytest_san/protocols.py", "pytest_san/burst.py")
 
 
 def agent_files(root: Path) -> Iterator[tuple[str, bytes]]:
@@ -38,6 +38,7 @@ def make_engine(name: str, host: str, options: dict[str, Any]) -> Any:
 
 
 def _handlers(engine: Any) -> dict[tuple[str, str], Any]:
+    from pytest_san import burst
     from pytest_san.types import DeviceDescription
 
     def fault(_engine: Any, name: str, *args: Any) -> Any:
@@ -57,6 +58,11 @@ def _handlers(engine: Any) -> dict[tuple[str, str], Any]:
         ("socket", "state"): engine.socket_state,
         ("allocation", "info"): lambda a: [a.length, [list(r) for r in a.physical_runs]],
         ("engine", "faults"): fault,
+        # The engine's own burst where it has one (verbs: in the child), else the SPI loop, here on the host.
+        ("provider", "rdma_write_burst"): lambda p, s, b, d, o, n, w: burst.rdma_write_burst(
+            p, s, b, d, o, count=n, depth=w),
+        ("provider", "rdma_read_burst"): lambda p, s, b, d, o, n, w: burst.rdma_read_burst(
+            p, s, b, d, o, count=n, depth=w),
     }
 
 

@@ -1,4 +1,4 @@
-"""``san-hil lab up|down|status|run``: argparse glue over :mod:`hil.lab.lab`.
+"""``san-hil lab up|down|status|ssh|run``: argparse glue over :mod:`hil.lab.lab`.
 
 The lab modules are imported only when a lab command runs, so ``san-hil prepare`` pays nothing for them.
 """
@@ -96,6 +96,17 @@ def _status(args: argparse.Namespace) -> int:
     return status(args.state_dir)
 
 
+def _ssh(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from .lab import ssh_command
+
+    extra = list(getattr(args, "extra_args", []))
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    return subprocess.call(ssh_command(args.state_dir, args.guest, extra))
+
+
 def _run(args: argparse.Namespace) -> int:
     from .lab import run
 
@@ -122,6 +133,12 @@ def add_lab_commands(commands: Any) -> None:
     p = sub.add_parser("status", help="what runs: guests, pids, ports, alive or not")
     _state_dir(p)
     p.set_defaults(run=_guarded(_status))
+
+    p = sub.add_parser("ssh", allow_abbrev=False, usage="san-hil lab ssh [--state-dir DIR] GUEST [--] [command ...]",
+                       help="a shell (or a command, its exit status passed on) on a guest, with the lab's keys")
+    _state_dir(p)
+    p.add_argument("guest", help="the guest's name, as `san-hil lab status` shows it (lab1, lab2, ...)")
+    p.set_defaults(run=_guarded(_ssh), accepts_extra_args=True)
 
     p = sub.add_parser("run", allow_abbrev=False, usage="san-hil lab run [options] [--] [pytest args ...]",
                        help="up, the conformance suite on the lab (extra arguments go to pytest), down")

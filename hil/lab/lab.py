@@ -46,7 +46,7 @@ from .kernel import DEFAULT_CACHE, Kernel, fetch_kernel
 from .keys import LabKeys, generate_keys, write_known_hosts
 from .state import DEFAULT_STATE_DIR, STATE_FILE, GuestState, LabState, group_members, pid_alive, stop_group
 
-__all__ = ["Progress", "Terminated", "UpOptions", "down", "pytest_command", "run", "status", "up"]
+__all__ = ["Progress", "Terminated", "UpOptions", "down", "pytest_command", "run", "ssh_command", "status", "up"]
 
 HUB_PORT_FILE = "hub.port"
 HUB_LOG = "hub.log"
@@ -529,6 +529,21 @@ def status(state_dir: Path = DEFAULT_STATE_DIR, out: TextIO | None = None) -> in
     if state.inventory:
         print(f"  inventory: {state.inventory}", file=stream)
     return 0 if healthy else 1
+
+
+def ssh_command(state_dir: Path, name: str, command: Sequence[str] = ()) -> list[str]:
+    """The ``ssh`` command line that reaches guest ``name`` with the lab's own key and pinned host key."""
+    directory = state_dir.expanduser().absolute()
+    state = LabState.load(directory)
+    if state is None:
+        raise LabError(f"no lab in {directory} (san-hil lab up first)")
+    guest = next((g for g in state.guests if g.name == name), None)
+    if guest is None:
+        names = ", ".join(g.name for g in state.guests) or "none"
+        raise LabError(f"the lab in {directory} has no guest {name!r} (its guests: {names})")
+    return ["ssh", "-i", str(directory / "client_ed25519"), "-o", f"UserKnownHostsFile={directory / 'known_hosts'}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+            "-p", str(guest.ssh_port), "root@127.0.0.1", *command]
 
 
 # --- run -------------------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ METHODS = frozenset((
     "hello", "alloc", "free", "read", "write",
     "socket_create", "socket_connect", "socket_state", "socket_peer_closed",
     "register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
-    "rdma_write", "rdma_read", "send", "recv", "close_socket", "getsockopt", "registrations",
+    "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
+    "getsockopt", "registrations",
     "supports_rdma_read", "op_wait", "op_done", "op_forget", "leaks", "reset", "exit",
 ))
 

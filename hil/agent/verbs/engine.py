@@ -167,6 +167,18 @@ class VerbsProvider:
         return self._op(socket, "rdma_read", buffers=_pairs(socket, local_buffers),
                         descriptor=source_descriptor, offset=offset)
 
+    def rdma_write_burst(self, socket: Any, local_buffers: list[Any], target_descriptor: bytes, offset: int = 0,
+                         count: int = 1, depth: int = 16) -> VerbsOperation:
+        self._child(socket)  # the child reposts each write as the previous completes: no round trip each
+        return self._op(socket, "rdma_write_burst", buffers=_pairs(socket, local_buffers),
+                        descriptor=target_descriptor, offset=offset, count=count, depth=depth)
+
+    def rdma_read_burst(self, socket: Any, local_buffers: list[Any], source_descriptor: bytes, offset: int = 0,
+                        count: int = 1, depth: int = 16) -> VerbsOperation:
+        self._child(socket)
+        return self._op(socket, "rdma_read_burst", buffers=_pairs(socket, local_buffers),
+                        descriptor=source_descriptor, offset=offset, count=count, depth=depth)
+
     def send(self, socket: Any, buffers: list[Any]) -> VerbsOperation:
         self._child(socket)
         return self._op(socket, "send", buffers=_pairs(socket, buffers))

@@ -142,10 +142,25 @@ class Registration:
                 f"{ACCESS_NAMES.get(self.access, self.access)} refs={self.refs}")
 
 
-class Operation:
-    """A pending operation; ``wr_id`` is its id. Completes once."""
+class Burst:
+    """The same RDMA work request posted ``count`` times, up to ``depth`` in flight (one Operation)."""
 
-    __slots__ = ("id", "kind", "nbytes", "nbytes_done", "regs", "sock", "status", "wc_status")
+    __slots__ = ("count", "depth", "error", "in_flight", "ok_bytes", "posted", "wr")
+
+    def __init__(self, wr: Any, count: int, depth: int) -> None:
+        self.wr = wr
+        self.count = count
+        self.depth = depth
+        self.posted = 0
+        self.in_flight = 0
+        self.ok_bytes = 0
+        self.error: int | None = None  # the first failure's status: nothing more is posted
+
+
+class Operation:
+    """A pending operation; ``wr_id`` is its id (every work request of a burst carries it). Completes once."""
+
+    __slots__ = ("burst", "id", "kind", "nbytes", "nbytes_done", "regs", "sock", "status", "wc_status")
 
     def __init__(self, op_id: int, sock: Socket, kind: str) -> None:
         self.id = op_id
@@ -156,6 +171,7 @@ class Operation:
         self.status: int | None = None
         self.nbytes_done = 0
         self.wc_status: int | None = None  # the raw ibv_wc_status; None when completed in software
+        self.burst: Burst | None = None
 
     @property
     def on_send_queue(self) -> bool:
@@ -607,13 +623,22 @@ class VerbsProcess:
         sock = self._connected(socket)
         if len(buffers) > self.max_sge:
             raise SanError(WSAEINVAL, f"{len(buffers)} buffers, at most {self.max_sge}")
-        queued = len(sock.recv_ops) if kind == "recv" else len(sock.send_ops)
+        queued = len(sock.recv_ops) if kind == "recv" else self._send_queue_used(sock)
         if queued >= QUEUE_DEPTH:
             raise SanError(WSAENETDOWN, f"{kind} queue of socket {sock.id} is full ({QUEUE_DEPTH})")
         for item in buffers:
             if len(item) != 3 or not all(isinstance(x, int) for x in item):
                 raise SanError(WSAEINVAL, f"a buffer is [address, length, handle], got {item!r}")
         return sock
+
+    def _send_queue_used(self, sock: Socket) -> int:
+        """Work requests on the send queue: one per operation, ``in_flight`` for a burst."""
+        used = len(sock.send_ops)
+        for op_id in sock.send_ops:
+            burst = self._ops[op_id].burst
+            if burst is not None and burst.in_flight > 1:
+                used += burst.in_flight - 1
+        return used
 
     def _gather(self, sock: Socket, op: Operation, buffers: Sequence[Sequence[int]],
                 need: int) -> list[Any] | None:
@@ -690,7 +715,21 @@ class VerbsProcess:
     def rdma_read(self, socket: int, buffers: Sequence[Sequence[int]], descriptor: bytes, offset: int = 0) -> int:
         return self._rdma(socket, buffers, descriptor, offset, "rdma_read")
 
-    def _rdma(self, socket: int, buffers: Sequence[Sequence[int]], descriptor: bytes, offset: int, kind: str) -> int:
+    def rdma_write_burst(self, socket: int, buffers: Sequence[Sequence[int]], descriptor: bytes, offset: int = 0,
+                         count: int = 1, depth: int = 16) -> int:
+        """``count`` identical RDMA writes, up to ``depth`` in flight, reposted here as each completes."""
+        return self._rdma(socket, buffers, descriptor, offset, "rdma_write", (count, depth))
+
+    def rdma_read_burst(self, socket: int, buffers: Sequence[Sequence[int]], descriptor: bytes, offset: int = 0,
+                        count: int = 1, depth: int = 16) -> int:
+        return self._rdma(socket, buffers, descriptor, offset, "rdma_read", (count, depth))
+
+    def _rdma(self, socket: int, buffers: Sequence[Sequence[int]], descriptor: bytes, offset: int, kind: str,
+              burst: tuple[int, int] | None = None) -> int:
+        if burst is not None:
+            for name, value in (("count", burst[0]), ("depth", burst[1])):
+                if type(value) is not int or value < 1:
+                    raise SanError(WSAEINVAL, f"a burst's {name} is an integer >= 1, got {value!r}")
         sock = self._post_checks(socket, buffers, kind)
         if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
             raise SanError(WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
@@ -706,7 +745,33 @@ class VerbsProcess:
         wr = SendWR(wr_id=op.id, opcode=opcode, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
         # The responder's NIC checks the window: its QP (R2), validity (R3), access (R6/R7), bounds (R8).
         wr.set_wr_rdma(rkey, (address + offset) & U64)
-        return self._post_send_wr(op, wr)
+        if burst is None:
+            return self._post_send_wr(op, wr)
+        count, depth = burst
+        # The send queue's free room bounds what is in flight (_post_checks left at least one slot).
+        op.burst = Burst(wr, count, min(depth, count, QUEUE_DEPTH - self._send_queue_used(sock) + 1))
+        self._post_send_wr(op, wr)  # the first post's failure is the call's error
+        op.burst.posted = op.burst.in_flight = 1
+        self._refill(op)
+        return op.id
+
+    def _refill(self, op: Operation) -> None:
+        """Post a burst's next work requests while it has room, transfers left and no failure."""
+        burst = op.burst
+        assert burst is not None
+        while (burst.error is None and burst.posted < burst.count and burst.in_flight < burst.depth
+               and op.sock.state == "connected"):
+            try:
+                op.sock.qp.post_send(burst.wr)
+            except Exception:
+                burst.error = op.sock.flush_status  # the QP refused: it is in error already
+                break
+            burst.posted += 1
+            burst.in_flight += 1
+        if burst.in_flight == 0 and burst.error is None and burst.posted < burst.count:
+            burst.error = op.sock.flush_status  # the socket left "connected" between two completions
+        if burst.in_flight == 0 and (burst.error is not None or burst.posted == burst.count):
+            self._finish(op, STATUS_SUCCESS if burst.error is None else burst.error, burst.ok_bytes)
 
     def send(self, socket: int, buffers: Sequence[Sequence[int]]) -> int:
         sock = self._post_checks(socket, buffers, "send")
@@ -756,6 +821,9 @@ class VerbsProcess:
         op = self._ops.get(wr_id)
         if op is None or op.status is not None:
             return
+        if op.burst is not None:
+            self._on_burst_completion(op, wc_status)
+            return
         op.wc_status = wc_status
         if wc_status == e.IBV_WC_SUCCESS:
             self._finish(op, STATUS_SUCCESS, byte_len if op.kind == "recv" else op.nbytes)
@@ -764,6 +832,19 @@ class VerbsProcess:
             op.sock.state = "error"  # every error completion leaves the QP in ERR
         status = op.sock.flush_status if wc_status == e.IBV_WC_WR_FLUSH_ERR else status_from_wc(wc_status)
         self._finish(op, status, 0)
+
+    def _on_burst_completion(self, op: Operation, wc_status: int) -> None:
+        burst = op.burst
+        assert burst is not None
+        burst.in_flight -= 1
+        if wc_status == e.IBV_WC_SUCCESS:
+            burst.ok_bytes += op.nbytes
+        elif burst.error is None:
+            op.wc_status = wc_status
+            if op.sock.state == "connected":
+                op.sock.state = "error"
+            burst.error = op.sock.flush_status if wc_status == e.IBV_WC_WR_FLUSH_ERR else status_from_wc(wc_status)
+        self._refill(op)
 
     def _finish(self, op: Operation, status: int, nbytes: int) -> None:
         if op.status is not None:
@@ -848,7 +929,8 @@ class VerbsProcess:
             if not self._poll():
                 time.sleep(0.001)
         for op_id in list(sock.send_ops) + list(sock.recv_ops):
-            self._finish(self._ops[op_id], sock.flush_status, 0)
+            op = self._ops[op_id]
+            self._finish(op, sock.flush_status, op.burst.ok_bytes if op.burst is not None else 0)
 
     # -- teardown -------------------------------------------------------------------------------
 
