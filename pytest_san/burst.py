@@ -70,7 +70,8 @@ class WindowedBurst:
     """A burst run over the plain SPI: post up to ``depth``, reap in order, repost while all is well.
 
     It makes progress whenever it is asked (``done``/``wait``); the first window is posted at once, so
-    the call's own errors (a bad descriptor, an unconnected socket) raise from the constructor.
+    the call's own errors (a bad descriptor, an unconnected socket) raise from the constructor. A full
+    send queue later (WSAENETDOWN) narrows the window; any other refusal ends the burst ABORTED.
     """
 
     def __init__(self, provider: Provider, kind: str, socket: Socket, local_buffers: LocalBuffers,
@@ -83,7 +84,7 @@ class WindowedBurst:
         self.depth = depth
         self.posted = 0
         self.bytes = 0
-        self.error: SanError | None = None  # a post refused mid-burst (the burst then completes ABORTED)
+        self.error: SanError | None = None  # a post refused mid-burst: the burst completes ABORTED
         self._status = Status.SUCCESS
         self._in_flight: deque[PendingOperation] = deque()
         self._completion: Completion | None = None
@@ -112,7 +113,10 @@ class WindowedBurst:
                     self._in_flight.append(self._post())
                     self.posted += 1
                 except SanError as exc:
-                    self.error, self._status = exc, Status.ABORTED
+                    if exc.code is WsaError.WSAENETDOWN and self._in_flight:
+                        self.depth = len(self._in_flight)  # the send queue is full: keep what fits in flight
+                    else:
+                        self.error, self._status = exc, Status.ABORTED
                 continue
             if not self._in_flight:
                 self._completion = Completion(self._status, self.bytes)

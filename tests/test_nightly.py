@@ -133,7 +133,7 @@ def hosts(sshd: SshServer, remote_tmp: Path) -> list[HostConfig]:
 def test_harness_bandwidth_through_the_public_api(hosts: list[HostConfig]) -> None:
     backend = HilBackend(hosts[:1])
     try:
-        points = measure_harness(backend, sizes=(4096, 65536), seconds=0.05, min_iterations=2)
+        points = measure_harness(backend, sizes=(4096, 65536), seconds=0.05, depth=4)
         assert [size for size, _ in points] == [4096, 65536] and all(gbps > 0 for _, gbps in points)
         assert backend.leaks() == []
     finally:
