@@ -52,18 +52,22 @@ def rdma_write_burst(provider: Provider, socket: Socket, local_buffers: LocalBuf
                      target_descriptor: Descriptor, offset: int = 0, *, count: int,
                      depth: int = DEPTH) -> PendingOperation:
     """``count`` RDMA writes of ``local_buffers`` to ``target_descriptor`` at ``offset``, as one operation."""
-    if isinstance(provider, BurstProvider):
-        return provider.rdma_write_burst(socket, local_buffers, target_descriptor, offset, count, depth)
-    return WindowedBurst(provider, "rdma_write", socket, local_buffers, target_descriptor, offset, count, depth)
+    return _burst(provider, "rdma_write", socket, local_buffers, target_descriptor, offset, count, depth)
 
 
 def rdma_read_burst(provider: Provider, socket: Socket, local_buffers: LocalBuffers,
                     source_descriptor: Descriptor, offset: int = 0, *, count: int,
                     depth: int = DEPTH) -> PendingOperation:
     """``count`` RDMA reads from ``source_descriptor`` at ``offset`` into ``local_buffers``, as one operation."""
-    if isinstance(provider, BurstProvider):
-        return provider.rdma_read_burst(socket, local_buffers, source_descriptor, offset, count, depth)
-    return WindowedBurst(provider, "rdma_read", socket, local_buffers, source_descriptor, offset, count, depth)
+    return _burst(provider, "rdma_read", socket, local_buffers, source_descriptor, offset, count, depth)
+
+
+def _burst(provider: Provider, kind: str, socket: Socket, local_buffers: LocalBuffers, descriptor: Descriptor,
+           offset: int, count: int, depth: int) -> PendingOperation:
+    if isinstance(provider, BurstProvider):  # the provider's own, e.g. next to the NIC
+        own = provider.rdma_write_burst if kind == "rdma_write" else provider.rdma_read_burst
+        return own(socket, local_buffers, descriptor, offset, count, depth)
+    return WindowedBurst(provider, kind, socket, local_buffers, descriptor, offset, count, depth)
 
 
 class WindowedBurst:

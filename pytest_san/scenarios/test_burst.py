@@ -7,22 +7,22 @@ is pending, R11 when the socket closes under it, R14 for its own arguments.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from pytest_san import Access, Backend, Completion, Connection, SanError, Status, WsaError
+from pytest_san import Access, Backend, Completion, Connection, PendingOperation, SanError, Status, WsaError
 from pytest_san.burst import rdma_read_burst, rdma_write_burst
 
-from .support import TIMEOUT, attempt, rejected, sink, source, window
+from .support import TIMEOUT, Guarded, attempt, rejected, sink, source, window
 
 SIZE = 4096
 COUNT = 40  # more than one window of DEPTH (16): reposting is exercised
 DATA = bytes(range(256)) * (SIZE // 256)
 
 
-def _wait(op: object) -> Completion:
-    done = op.wait(timeout=TIMEOUT)  # type: ignore[attr-defined]
-    assert isinstance(done, Completion)
-    return done
+def _wait(op: PendingOperation) -> Completion:
+    return op.wait(timeout=TIMEOUT)
 
 
 @pytest.mark.san_rule("R8")
@@ -102,38 +102,48 @@ def test_burst_count_and_depth_below_one_are_einval(conn: Connection, count: obj
     assert target.unchanged()
 
 
-@pytest.mark.san_rule("R13")
-@pytest.mark.san_requires("faults")
-def test_registrations_of_a_pending_burst_cannot_be_deregistered(san_backend: Backend, conn: Connection) -> None:
+@dataclasses.dataclass
+class Held:
+    """A burst posted on a held socket (capability ``faults``): pending until ``release``."""
+
+    handle: int
+    target: Guarded
+    burst: PendingOperation
+
+
+def held_burst(san_backend: Backend, conn: Connection) -> Held:
     a, b = conn.local, conn.remote
     assert san_backend.faults is not None
     buf, handle = source(a, DATA)
     target, desc = window(b, SIZE, Access.WRITE)
     san_backend.faults.hold(a.socket)
-    burst = rdma_write_burst(a.provider, a.socket, [(buf, handle)], desc, count=COUNT, depth=4)
-    assert not burst.done()
+    return Held(handle, target, rdma_write_burst(a.provider, a.socket, [(buf, handle)], desc, count=COUNT, depth=4))
+
+
+@pytest.mark.san_rule("R13")
+@pytest.mark.san_requires("faults")
+def test_registrations_of_a_pending_burst_cannot_be_deregistered(san_backend: Backend, conn: Connection) -> None:
+    a = conn.local
+    held = held_burst(san_backend, conn)
+    assert not held.burst.done()
     with pytest.raises(SanError) as err:
-        a.provider.deregister_memory(a.socket, handle)
+        a.provider.deregister_memory(a.socket, held.handle)
     assert err.value.code is WsaError.WSAEINVAL
-    san_backend.faults.release(a.socket)
-    done = _wait(burst)
+    san_backend.faults.release(a.socket)  # type: ignore[union-attr]
+    done = _wait(held.burst)
     assert done.status is Status.SUCCESS and done.bytes == COUNT * SIZE
-    assert target.inner.read() == DATA and target.intact()
-    a.provider.deregister_memory(a.socket, handle)  # completed: no longer in use
+    assert held.target.inner.read() == DATA and held.target.intact()
+    a.provider.deregister_memory(a.socket, held.handle)  # completed: no longer in use
 
 
 @pytest.mark.san_rule("R11")
 @pytest.mark.san_requires("faults")
 def test_close_under_a_pending_burst_aborts_it_and_releases_everything(san_backend: Backend,
                                                                       conn: Connection) -> None:
-    a, b = conn.local, conn.remote
-    assert san_backend.faults is not None
-    buf, handle = source(a, DATA)
-    target, desc = window(b, SIZE, Access.WRITE)
-    san_backend.faults.hold(a.socket)
-    burst = rdma_write_burst(a.provider, a.socket, [(buf, handle)], desc, count=COUNT, depth=4)
+    a = conn.local
+    held = held_burst(san_backend, conn)
     conn.close()
-    done = _wait(burst)
+    done = _wait(held.burst)
     assert done.status is Status.ABORTED and done.bytes == 0
-    assert target.unchanged()
+    assert held.target.unchanged()
     assert a.socket.closed and not a.provider.registrations(a.socket)
