@@ -109,6 +109,7 @@ class RemoteProcess(Remote):
     def __init__(self, session: Session, oid: int, node: RemoteNode) -> None:
         super().__init__(session, oid)
         self._node = node
+        self.relayed: list[RemoteSocket] = []  # its open sockets whose peer is on another host
 
     @property
     def node(self) -> RemoteNode:
@@ -130,6 +131,11 @@ class RemoteProcess(Remote):
 
     def kill(self) -> None:
         self._call("kill")
+        # Its agent tells peers on the same host; peers on other hosts learn it from us, as for a close.
+        for sock in self.relayed:
+            if sock.on_close is not None:
+                sock.on_close()
+        self.relayed = []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +269,9 @@ class RemoteProvider(Remote):
         self._call("close_socket", socket)
         if isinstance(socket, RemoteSocket) and socket.on_close is not None:
             socket.on_close()
+            socket.on_close = None
+            if socket in socket.process.relayed:
+                socket.process.relayed.remove(socket)
 
     def getsockopt(self, socket: Any, option: int) -> int:
         return int(self._call("getsockopt", socket, option))

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _spec(tmp_path: Path, kvm: bool = False) -> GuestSpec:
     return GuestSpec(index=2, ssh_port=40022, hub_port=40100, vmlinuz=tmp_path / "vmlinuz-6.1",
                      init_script=tmp_path / "guest-init.sh", host_key=tmp_path / "host_ed25519",
-                     authorized_keys=tmp_path / "client_ed25519.pub", memory="768M", kvm=kvm)
+                     authorized_keys=tmp_path / "client_ed25519.pub", memory="768M", kvm=kvm, hugepages=16)
 
 
 def _state(tmp_path: Path, hosts: int = 2) -> LabState:
@@ -75,7 +75,7 @@ def test_vng_command_line(tmp_path: Path) -> None:
     exec_argv = shlex.split(argv[argv.index("--exec") + 1])
     assert exec_argv == ["/bin/bash", str(tmp_path / "guest-init.sh"), "boot", "lab2", "52:54:00:5a:00:02",
                          "10.77.0.2/24", "52:54:00:5a:01:02", str(tmp_path / "host_ed25519"),
-                         str(tmp_path / "client_ed25519.pub")]
+                         str(tmp_path / "client_ed25519.pub"), "16"]
     # qemu options last, in the `=` form (a value starting with '-' is an option to argparse), no spaces
     # inside a token (vng pastes them into a shell command line)
     last = argv[-1]

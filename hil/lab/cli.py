@@ -39,6 +39,9 @@ def _state_dir(parser: argparse.ArgumentParser) -> None:
 def _up_arguments(parser: argparse.ArgumentParser, hosts_default: int) -> None:
     parser.add_argument("--hosts", type=int, default=hosts_default, help=f"guests to boot (default {hosts_default})")
     parser.add_argument("--memory", default="1G", help="memory per guest (default 1G)")
+    parser.add_argument("--hugepages", type=int, default=32, metavar="N",
+                        help="2 MiB hugetlb pages reserved in each guest, for the proxy's contiguous memory "
+                             "and DMA buffers (default 32; 0: none, those scenarios skip)")
     _state_dir(parser)
     parser.add_argument("--inventory-out", type=Path, default=None,
                         help="where to write the inventory (default <state dir>/lab.yaml)")
@@ -53,7 +56,7 @@ def _up_arguments(parser: argparse.ArgumentParser, hosts_default: int) -> None:
 def _options(args: argparse.Namespace) -> UpOptions:
     from .lab import UpOptions
 
-    return UpOptions(hosts=args.hosts, memory=args.memory, state_dir=args.state_dir,
+    return UpOptions(hosts=args.hosts, memory=args.memory, hugepages=args.hugepages, state_dir=args.state_dir,
                      inventory_out=args.inventory_out, kernel_cache=args.kernel_cache, accel=args.accel,
                      boot_timeout=args.boot_timeout)
 

@@ -101,7 +101,7 @@ fail() {
 step() { echo "san-lab: $NAME: $*"; }
 
 boot() {
-    NAME=$1 LAB_MAC=$2 LAB_CIDR=$3 MGMT_MAC=$4 HOST_KEY=$5 AUTH_KEYS=$6
+    NAME=$1 LAB_MAC=$2 LAB_CIDR=$3 MGMT_MAC=$4 HOST_KEY=$5 AUTH_KEYS=$6 HUGEPAGES=${7:-0}
     step "init started"
     modprobe virtio_net 2>/dev/null
     LAB=$(wait_nic "$LAB_MAC" 60) || fail "no NIC with MAC $LAB_MAC"
@@ -113,6 +113,11 @@ boot() {
     modprobe rdma_rxe || fail "modprobe rdma_rxe failed"
     rdma link add rxe0 type rxe netdev "$LAB" || fail "rdma link add rxe0 on $LAB failed"
     step "$(rdma link show rxe0/1 2>&1)"
+    # 2 MiB hugetlb pages: the proxy's contiguous memory and common DMA buffers (P3-P5) come from them.
+    if [ "$HUGEPAGES" -gt 0 ]; then
+        echo "$HUGEPAGES" >/proc/sys/vm/nr_hugepages
+        step "hugetlb pages: $(cat /proc/sys/vm/nr_hugepages) of $HUGEPAGES asked for"
+    fi
 
     # sshd with the lab's host key, root login with the lab's client key only. / is read-only and
     # /run is a fresh tmpfs: everything sshd needs goes there, with the modes it insists on.
@@ -154,7 +159,8 @@ EOF
 case "${1:-}" in
     boot) shift; boot "$@" ;;
     find-nic) find_nic "$2" ;;
-    *) echo "usage: $0 boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY AUTHORIZED_KEYS | find-nic MAC" >&2; exit 2 ;;
+    *) echo "usage: $0 boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY AUTHORIZED_KEYS [HUGEPAGES] | find-nic MAC" >&2
+       exit 2 ;;
 esac
 """.replace("@READY@", READY_MARKER).replace("@FAILED@", FAILED_MARKER).replace("@SLIRP_GUEST@", SLIRP_GUEST)
 
@@ -172,6 +178,7 @@ class GuestSpec:
     authorized_keys: Path
     memory: str = "1G"
     kvm: bool = False
+    hugepages: int = 0  # 2 MiB hugetlb pages reserved at boot
 
     @property
     def name(self) -> str:
@@ -190,7 +197,7 @@ def guest_exec(spec: GuestSpec) -> str:
     return shlex.join([
         "/bin/bash", str(spec.init_script), "boot", spec.name, lab_mac(spec.index),
         f"{lab_address(spec.index)}/{LAB_PREFIX}", mgmt_mac(spec.index), str(spec.host_key),
-        str(spec.authorized_keys),
+        str(spec.authorized_keys), str(spec.hugepages),
     ])
 
 

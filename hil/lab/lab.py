@@ -84,6 +84,7 @@ class Progress:
 class UpOptions:
     hosts: int = 2
     memory: str = "1G"
+    hugepages: int = 32  # 2 MiB hugetlb pages per guest: contiguous memory and DMA buffers (P3-P5)
     state_dir: Path = DEFAULT_STATE_DIR
     inventory_out: Path | None = None  # default <state dir>/lab.yaml
     kernel_cache: Path = DEFAULT_CACHE
@@ -251,7 +252,7 @@ class _Booter:
         spec = GuestSpec(index=guest.index, ssh_port=guest.ssh_port, hub_port=self.state.hub_port,
                          vmlinuz=self.kernel.vmlinuz, init_script=Path(self.state.state_dir) / INIT_SCRIPT,
                          host_key=self.keys.host_key, authorized_keys=self.keys.client_pub,
-                         memory=self.opts.memory, kvm=kvm)
+                         memory=self.opts.memory, kvm=kvm, hugepages=self.opts.hugepages)
         log = Path(guest.console_log)
         proc = start_guest(spec, log, self.vng)
         guest.pgid = proc.pid

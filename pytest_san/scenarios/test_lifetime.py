@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_san import Access, Backend, Connection, SanError, Switch, WsaError
+from pytest_san import Access, Backend, Connection, SanError, Status, Switch, WsaError
 
-from .support import attempt, read_from, rejected, sink, source, succeeded, window, write_into
+from .support import TIMEOUT, attempt, read_from, rejected, sink, source, succeeded, window, write_into
 
 DATA = b"\x3c" * 4096
 
@@ -86,6 +86,20 @@ def test_rdma_rejected_after_owner_process_dies(san_switch: Switch, conn: Connec
     buf, handle = source(victim.local, DATA)
     victim.remote.process.kill()
     assert rejected(attempt(lambda: a.provider.rdma_write(victim.local.socket, [(buf, handle)], desc, 0)))
+
+
+@pytest.mark.san_rule("R4")
+@pytest.mark.san_requires("process_kill")
+def test_pending_receive_fails_when_the_peer_process_dies(san_switch: Switch, conn: Connection) -> None:
+    a = conn.local
+    victim = san_switch.connect(peer=conn.remote.process.node.spawn_process(), process=a.process)
+    g, handle = sink(victim.local, 256)
+    pending = victim.local.provider.recv(victim.local.socket, [(g.inner, handle)])
+    victim.remote.process.kill()
+    # Whether on this host or another: the survivor learns, and its receive does not wait forever.
+    done = pending.wait(timeout=TIMEOUT)
+    assert done.status in (Status.CONNECTION_RESET, Status.ABORTED)
+    assert g.unchanged()
 
 
 # -- R12: registration and the proxy stay balanced -------------------------------------------------
