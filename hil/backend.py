@@ -15,15 +15,19 @@ from .leases import LeaseLog, LeasePolicy, Leaser
 from .remote import RemoteNode, RemoteProcess, RemoteSocket, Session
 from .transport import Transport, open_transport
 
+Wrappers = tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]
+"""(wrap_provider(node, provider), wrap_proxy(node, proxy)): what replaces a node's provider and proxy."""
+
 
 class Agent:
     """One host: its transport, its agent and the nodes the agent serves."""
 
     def __init__(self, host: HostConfig, connect: Callable[[HostConfig], Transport],
-                 lease: Mapping[str, Any] | None = None) -> None:
+                 lease: Mapping[str, Any] | None = None, wrap: Wrappers | None = None) -> None:
         self.host = host
         self._connect = connect
         self.lease = lease  # who we are, for the host's lease file (hil/leases.py)
+        self.wrap = wrap
         self.start()
 
     def start(self) -> None:
@@ -40,6 +44,11 @@ class Agent:
         self.capabilities = frozenset(hello["capabilities"])
         self.nodes = [self.session.obj(n["node"], RemoteNode, n["name"], n["provider"], n["proxy"])
                       for n in hello["nodes"]]
+        if self.wrap is not None:  # pytest_san_make_provider / _make_proxy, on the controller's stand-ins
+            wrap_provider, wrap_proxy = self.wrap
+            for node in self.nodes:
+                node.proxy = wrap_proxy(node, node.proxy)
+                node.provider = wrap_provider(node, node.provider)
         self.session.pinned = {self.engine, *(n["node"]["$o"] for n in hello["nodes"]),
                                *(n["provider"]["$o"] for n in hello["nodes"]),
                                *(n["proxy"]["$o"] for n in hello["nodes"])}
@@ -69,10 +78,11 @@ class HilBackend:
 
     def __init__(self, hosts: Sequence[HostConfig],
                  connect: Callable[[HostConfig], Transport] = open_transport, *,
-                 leases: LeasePolicy | None = None) -> None:
+                 leases: LeasePolicy | None = None, wrap: Wrappers | None = None) -> None:
         """Lease ``leases.count`` of ``hosts`` (default: all of them) and start their agents.
 
-        A leased host is waited for (up to ``leases.timeout``), see hil/leases.py.
+        A leased host is waited for (up to ``leases.timeout``), see hil/leases.py. ``wrap``: (provider,
+        proxy) wrappers applied to each node's stand-ins (the plugin's provider and proxy hooks).
         """
         if not hosts:
             raise ValueError("the hil backend needs at least one host")
@@ -80,7 +90,7 @@ class HilBackend:
         holder = policy.request.holder()
         self.agents: list[Agent] = []
         self.lease_log = LeaseLog(policy.request.worker)
-        self._leaser: Leaser[Agent] = Leaser(policy, lambda h: Agent(h, connect, holder), Agent.close)
+        self._leaser: Leaser[Agent] = Leaser(policy, lambda h: Agent(h, connect, holder, wrap), Agent.close)
         self.agents = self._leaser.acquire(hosts)
         self.lease_log.start([a.host.name for a in self.agents])
         caps = frozenset.intersection(*(a.capabilities for a in self.agents)) | {"hil"}

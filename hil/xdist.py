@@ -117,6 +117,8 @@ def lease_policy(config: pytest.Config, hosts: Sequence[HostConfig]) -> LeasePol
 
 def leased_backend(config: pytest.Config, hosts: Sequence[HostConfig]) -> HilBackend:
     """The session's HilBackend on the hosts this process leased out of ``hosts``."""
+    from pytest_san.plugin.hooks import wrappers
+
     from .backend import HilBackend
     from .leases import LeaseTimeout
 
@@ -125,7 +127,7 @@ def leased_backend(config: pytest.Config, hosts: Sequence[HostConfig]) -> HilBac
         raise LeaseTimeout(failed)
     policy = lease_policy(config, hosts)
     try:
-        backend = HilBackend(hosts, leases=policy)
+        backend = HilBackend(hosts, leases=policy, wrap=wrappers(config))
     except LeaseTimeout as exc:
         config.stash[FAILED_KEY] = str(exc)
         raise

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -121,6 +121,14 @@ def pytest_san_make_backend(config: pytest.Config, name: str) -> Backend | None:
         raise _unknown_backend(config, name)
     from ..emulator import EmulatorBackend  # imported late: loading the plugin stays cheap
 
+    wrap_provider, wrap_proxy = wrappers(config)
+    return EmulatorBackend(wrap_provider=wrap_provider, wrap_proxy=wrap_proxy)
+
+
+def wrappers(config: pytest.Config) -> tuple[Callable[[Node, Provider], Provider], Callable[[Node, Proxy], Proxy]]:
+    """(provider, proxy) wrappers that ask ``pytest_san_make_provider`` / ``pytest_san_make_proxy``:
+    what a backend applies to each node's provider and proxy as it builds them."""
+
     def wrap_proxy(node: Node, proxy: Proxy) -> Proxy:
         made = config.hook.pytest_san_make_proxy(config=config, node=node, proxy=proxy)
         return proxy if made is None else cast("Proxy", made)
@@ -129,7 +137,7 @@ def pytest_san_make_backend(config: pytest.Config, name: str) -> Backend | None:
         made = config.hook.pytest_san_make_provider(config=config, node=node, provider=provider)
         return provider if made is None else cast("Provider", made)
 
-    return EmulatorBackend(wrap_provider=wrap_provider, wrap_proxy=wrap_proxy)
+    return wrap_provider, wrap_proxy
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

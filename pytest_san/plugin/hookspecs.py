@@ -47,7 +47,8 @@ def pytest_san_make_provider(config: pytest.Config, node: Node, provider: Provid
 
     Wrap it (tracing, fault injection) or replace it (a provider under test). None keeps
     ``provider``. On the emulator this runs once per node while the backend is built, after
-    :func:`pytest_san_make_proxy`, and the default provider already drives the chosen proxy.
+    :func:`pytest_san_make_proxy`, and the default provider already drives the chosen proxy. On
+    ``hil`` it wraps the controller's stand-in for the host's provider (each time an agent starts).
     """
     return None
 
