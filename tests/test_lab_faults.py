@@ -36,6 +36,8 @@ from hil.client import AgentError
 from hil.inventory import HostConfig, load_inventory
 from hil.lab.state import LabState, group_members
 from hil.transport import TransportError
+from hil.transport.base import CLOSE_GRACE
+from hil.transport.ssh import KILL_TIMEOUT
 from pytest_san import Access, Completion, SanError, Status, Switch
 
 INVENTORY_ENV = "SAN_LAB_INVENTORY"
@@ -236,12 +238,17 @@ def test_frozen_guest_fails_the_call_naming_the_host(lab_hosts: list[HostConfig]
             with pytest.raises(TransportError) as run_error:
                 agent.transport.run(["true"], timeout=CALL_TIMEOUT)
             run_took = time.monotonic() - began
+            began = time.monotonic()
+            agent.close()  # giving up on it: bounded, although the host answers nothing
+            close_took = time.monotonic() - began
         print(f"frozen {host.name}: agent call failed after {call_took:.1f} s: {call_error.value}\n"
-              f"command failed after {run_took:.1f} s: {run_error.value}")
+              f"command failed after {run_took:.1f} s: {run_error.value}\n"
+              f"closing the agent took {close_took:.1f} s")
         assert str(call_error.value).startswith(f"host {host.name} (") and "agent" in str(call_error.value)
         assert call_took <= CALL_TIMEOUT + SLACK
         assert str(run_error.value).startswith(f"{host.name} (")
         assert run_took <= CALL_TIMEOUT + SLACK
+        assert close_took <= 3 * CLOSE_GRACE + KILL_TIMEOUT + SLACK
 
         # Resumed, the guest serves again: a fresh agent replaces the one given up on, nothing leaked.
         old = agent.client.channel.pid

@@ -59,10 +59,14 @@ def _hostport(hostname: str, port: int) -> str:
 # --- one SSH channel running a command -------------------------------------------------------------
 
 
+KILL_TIMEOUT = 10.0  # for the session that signals a command: a frozen host never opens it, give up sooner
+
+
 class SshChannel(Channel):
     """A remote command on an exec channel (no pty). ``pid`` is its process id on the host."""
 
-    def __init__(self, host: str, command: str, chan: paramiko.Channel, signal: Callable[[int, str], None]):
+    def __init__(self, host: str, command: str, chan: paramiko.Channel,
+                 signal: Callable[[int, str, float], None]):
         self._chan = chan
         self._signal = signal
         super().__init__(host, command, lambda: chan.recv(65536), lambda: chan.recv_stderr(65536))
@@ -85,7 +89,7 @@ class SshChannel(Channel):
             if not chan.status_event.wait(grace) and self.pid is not None:
                 for signal in ("TERM", "KILL"):
                     try:
-                        self._signal(self.pid, signal)
+                        self._signal(self.pid, signal, max(grace, KILL_TIMEOUT))
                     except TransportError:
                         break  # connection gone: sshd closes the command's pipes, EOF ends it
                     if chan.status_event.wait(grace):
@@ -555,12 +559,12 @@ class SshTransport(Transport):
             raise
         return channel
 
-    def _kill(self, pid: int, signal: str) -> None:
+    def _kill(self, pid: int, signal: str, timeout: float) -> None:
         # The command leads its own process group (sshd runs it in a new session): signal the group.
-        chan = self._open(f"kill -{signal} -- -{pid} 2>/dev/null || kill -{signal} {pid}")
+        chan = self._open(f"kill -{signal} -- -{pid} 2>/dev/null || kill -{signal} {pid}", timeout)
         try:
             chan.shutdown_write()
-            chan.status_event.wait(self.channel_timeout)
+            chan.status_event.wait(timeout)
         finally:
             chan.close()
 
