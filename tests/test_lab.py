@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import shutil
 import signal
 import socket
 import struct
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
+from sshd import SshServer
 
 from hil.cli import main
 from hil.inventory import load_inventory
@@ -203,6 +205,27 @@ def test_down_removes_a_dead_labs_files(tmp_path: Path, capsys: pytest.CaptureFi
     assert "NOT READY" in capsys.readouterr().out
     assert down(directory) == 0
     assert not directory.exists() and not outside.exists()
+
+
+def test_lab_ssh_reaches_a_guest_with_the_labs_keys(sshd: SshServer, tmp_path: Path,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    """`san-hil lab ssh` against a real sshd standing in for guest lab1 (its port, key and host key)."""
+    directory = tmp_path / "lab"
+    directory.mkdir()
+    state = _state(directory, hosts=1)
+    state.guests[0].ssh_port = sshd.port
+    state.save()
+    shutil.copy(sshd.client_key, directory / "client_ed25519")
+    os.chmod(directory / "client_ed25519", 0o600)
+    shutil.copy(sshd.known_hosts, directory / "known_hosts")
+    assert main(["lab", "ssh", "--state-dir", str(directory), "lab1", "--", "echo from-the-guest; exit 3"]) == 3
+    assert "from-the-guest" in capfd.readouterr().out
+    assert main(["lab", "ssh", "--state-dir", str(directory), "lab7", "true"]) == 2
+    assert "has no guest 'lab7' (its guests: lab1)" in capfd.readouterr().err
+    assert main(["lab", "ssh", "--state-dir", str(tmp_path / "none"), "lab1"]) == 2
+    assert "no lab in" in capfd.readouterr().err
+    (directory / "known_hosts").write_text("")  # the host key is pinned: an unknown one is refused
+    assert main(["lab", "ssh", "--state-dir", str(directory), "lab1", "--", "true"]) != 0
 
 
 def test_stop_group_ends_the_whole_group() -> None:
