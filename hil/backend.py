@@ -71,6 +71,15 @@ class Agent:
         self.transport.close()
 
 
+def combined_capabilities(per_agent: Sequence[frozenset[str]], nodes: int) -> frozenset[str]:
+    """What every agent offers, plus "hil", plus "third_host" with three or more nodes (e.g. three verbs
+    hosts: R2's "from another host" scenario can run); never "emulator" (the nodes are remote)."""
+    caps = frozenset.intersection(*per_agent) | {"hil"}
+    if nodes >= 3:
+        caps |= {"third_host"}
+    return caps - {"emulator"}
+
+
 class HilBackend:
     """Nodes served by agents on the selected hosts; every call crosses the agent protocol."""
 
@@ -93,8 +102,7 @@ class HilBackend:
         self._leaser: Leaser[Agent] = Leaser(policy, lambda h: Agent(h, connect, holder, wrap), Agent.close)
         self.agents = self._leaser.acquire(hosts)
         self.lease_log.start([a.host.name for a in self.agents])
-        caps = frozenset.intersection(*(a.capabilities for a in self.agents)) | {"hil"}
-        self._capabilities = caps - {"emulator"}
+        self._capabilities = combined_capabilities([a.capabilities for a in self.agents], len(self.nodes))
 
     @property
     def capabilities(self) -> frozenset[str]:

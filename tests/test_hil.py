@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sshd import SshServer, is_running, wait_until, write_keypair
 
-from hil.backend import HilBackend
+from hil.backend import HilBackend, combined_capabilities
 from hil.client import AgentError
 from hil.inventory import HostConfig
 from hil.transport import SshTransport, TransportError
@@ -172,6 +172,14 @@ def test_ssh_dropped_mid_test(backend: HilBackend) -> None:
     assert wait_until(lambda: not is_running(pid), timeout=10), "the agent outlived its SSH connection"
     backend.reset()
     assert backend.leaks() == []
+
+
+def test_capabilities_are_what_every_host_offers() -> None:
+    verbs = frozenset({"verbs", "rdma_read", "contiguous"})
+    assert combined_capabilities([verbs, frozenset({"verbs", "rdma_read"})], 2) == {"verbs", "rdma_read", "hil"}
+    assert "third_host" in combined_capabilities([verbs] * 3, 3)  # three verbs hosts, one node each
+    emulated = combined_capabilities([frozenset({"emulator", "faults", "third_host"})], 3)
+    assert emulated == {"faults", "third_host", "hil"}
 
 
 def test_closing_the_backend_ends_the_agent(lab_host: HostConfig) -> None:
