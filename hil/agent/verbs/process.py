@@ -828,10 +828,14 @@ class VerbsProcess:
         if wc_status == e.IBV_WC_SUCCESS:
             self._finish(op, STATUS_SUCCESS, byte_len if op.kind == "recv" else op.nbytes)
             return
-        if op.sock.state == "connected":
-            op.sock.state = "error"  # every error completion leaves the QP in ERR
-        status = op.sock.flush_status if wc_status == e.IBV_WC_WR_FLUSH_ERR else status_from_wc(wc_status)
-        self._finish(op, status, 0)
+        self._finish(op, self._error_status(op.sock, wc_status), 0)
+
+    @staticmethod
+    def _error_status(sock: Socket, wc_status: int) -> int:
+        """The contract's status for an error completion; the socket goes to error, as its QP has."""
+        if sock.state == "connected":
+            sock.state = "error"  # every error completion leaves the QP in ERR
+        return sock.flush_status if wc_status == e.IBV_WC_WR_FLUSH_ERR else status_from_wc(wc_status)
 
     def _on_burst_completion(self, op: Operation, wc_status: int) -> None:
         burst = op.burst
@@ -841,9 +845,7 @@ class VerbsProcess:
             burst.ok_bytes += op.nbytes
         elif burst.error is None:
             op.wc_status = wc_status
-            if op.sock.state == "connected":
-                op.sock.state = "error"
-            burst.error = op.sock.flush_status if wc_status == e.IBV_WC_WR_FLUSH_ERR else status_from_wc(wc_status)
+            burst.error = self._error_status(op.sock, wc_status)
         self._refill(op)
 
     def _finish(self, op: Operation, status: int, nbytes: int) -> None:
