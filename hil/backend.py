@@ -138,8 +138,6 @@ class HilBackend:
             # Verbs has no disconnect event without a connection manager: relay closes between hosts.
             sock_a.on_close = lambda: agent_b.call("peer_closed", sock_b)
             sock_b.on_close = lambda: agent_a.call("peer_closed", sock_a)
-            a.relayed.append(sock_a)
-            b.relayed.append(sock_b)
         return sock_a, sock_b
 
     def leaks(self) -> list[Leak]:

@@ -7,6 +7,7 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pytest_san.burst import DEPTH
 from pytest_san.errors import SanError, WsaError
 from pytest_san.types import Access, CacheType, Completion, DeviceDescription, Status
 
@@ -59,6 +60,10 @@ class Session:
             self._objects[oid] = found
         return found
 
+    def sockets_of(self, process: RemoteProcess) -> list[RemoteSocket]:
+        """The sockets of ``process`` this session knows (until a reset forgets them)."""
+        return [o for o in self._objects.values() if isinstance(o, RemoteSocket) and o.process is process]
+
     def forget_unpinned(self) -> None:
         self._objects = {k: v for k, v in self._objects.items() if k in self.pinned}
 
@@ -109,7 +114,6 @@ class RemoteProcess(Remote):
     def __init__(self, session: Session, oid: int, node: RemoteNode) -> None:
         super().__init__(session, oid)
         self._node = node
-        self.relayed: list[RemoteSocket] = []  # its open sockets whose peer is on another host
 
     @property
     def node(self) -> RemoteNode:
@@ -132,10 +136,10 @@ class RemoteProcess(Remote):
     def kill(self) -> None:
         self._call("kill")
         # Its agent tells peers on the same host; peers on other hosts learn it from us, as for a close.
-        for sock in self.relayed:
+        for sock in self.session.sockets_of(self):
             if sock.on_close is not None:
                 sock.on_close()
-        self.relayed = []
+                sock.on_close = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,13 +253,13 @@ class RemoteProvider(Remote):
         return self._op("rdma_read", socket, list(local_buffers), bytes(source_descriptor), offset)
 
     def rdma_write_burst(self, socket: Any, local_buffers: Pairs, target_descriptor: bytes, offset: int = 0,
-                         count: int = 1, depth: int = 16) -> RemoteOperation:
+                         count: int = 1, depth: int = DEPTH) -> RemoteOperation:
         """One round trip for the whole burst: the agent (the verbs child) reposts each write itself."""
         return self._op("rdma_write_burst", socket, list(local_buffers), bytes(target_descriptor), offset,
                         count, depth)
 
     def rdma_read_burst(self, socket: Any, local_buffers: Pairs, source_descriptor: bytes, offset: int = 0,
-                        count: int = 1, depth: int = 16) -> RemoteOperation:
+                        count: int = 1, depth: int = DEPTH) -> RemoteOperation:
         return self._op("rdma_read_burst", socket, list(local_buffers), bytes(source_descriptor), offset,
                         count, depth)
 
@@ -269,9 +273,7 @@ class RemoteProvider(Remote):
         self._call("close_socket", socket)
         if isinstance(socket, RemoteSocket) and socket.on_close is not None:
             socket.on_close()
-            socket.on_close = None
-            if socket in socket.process.relayed:
-                socket.process.relayed.remove(socket)
+            socket.on_close = None  # told once: a later kill of its process has nothing to relay
 
     def getsockopt(self, socket: Any, option: int) -> int:
         return int(self._call("getsockopt", socket, option))
