@@ -13,8 +13,6 @@ and the process exits. Standard library + pyverbs, Python 3.9 compatible; runs a
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import os
 import signal
 import sys
@@ -24,6 +22,7 @@ if __package__ in (None, ""):  # run as a script: make ``hil.agent.verbs`` impor
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 from hil.agent.verbs.constants import SanError
+from hil.agent.wire import decode, encode
 
 SYSFS = "/sys/class/infiniband"
 METHODS = frozenset((
@@ -36,26 +35,6 @@ METHODS = frozenset((
 ))
 
 
-def to_json(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$b": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    return value
-
-
-def from_json(value: Any) -> Any:
-    if isinstance(value, list):
-        return [from_json(v) for v in value]
-    if isinstance(value, dict):
-        if "$b" in value and len(value) == 1:
-            return base64.b64decode(value["$b"])
-        return {k: from_json(v) for k, v in value.items()}
-    return value
-
-
 def describe(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, SanError):
         return {"code": exc.code, "kind": "SanError", "message": exc.message or str(exc),
@@ -64,7 +43,7 @@ def describe(exc: BaseException) -> dict[str, Any]:
 
 
 def _emit(out: Any, message: dict[str, Any]) -> None:
-    out.write(json.dumps(to_json(message), separators=(",", ":")).encode() + b"\n")
+    out.write(encode(message))
     out.flush()
 
 
@@ -75,7 +54,7 @@ def serve(proc: Any, inp: Any, out: Any) -> None:
             continue
         rid: int | None = None
         try:
-            request = from_json(json.loads(line))
+            request = decode(line)
             rid = request.get("id")
             method = request["method"]
             params = request.get("params") or {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .constants import WSAEFAULT, WSAENOTSOCK, SanError
+from .constants import STATUS_ABORTED, WSAEFAULT, WSAENOTSOCK, SanError
 from .host import ChildProcess, PinnedProxy, host_capabilities, select_device, select_gid_index
 
 RECYCLE_BYTES = 64 << 20  # a default process that handed out more is replaced at the next reset
@@ -93,7 +93,7 @@ class VerbsOperation:
     def wait(self, timeout: float | None = 10.0) -> dict[str, Any]:
         if self._result is None:
             if not self.process.alive:  # the process died: the kernel flushed it
-                return {"status": 5, "bytes": 0}
+                return {"status": STATUS_ABORTED, "bytes": 0}
             done = self.process.child.op_wait(self.op_id, timeout)
             self._result = {"status": done["status"], "bytes": done["bytes"], "wc_status": done.get("wc_status")}
         return self._result
@@ -150,42 +150,35 @@ class VerbsProvider:
     def deregister_rdma_memory(self, socket: Any, descriptor: bytes) -> None:
         self._child(socket).call("deregister_rdma_memory", socket=socket.sid, descriptor=descriptor)
 
-    def _op(self, socket: Any, method: str, **params: Any) -> VerbsOperation:
-        child = self._child(socket)
-        op_id = child.call(method, socket=socket.sid, **params)
+    def _op(self, socket: Any, method: str, buffers: list[Any], **params: Any) -> VerbsOperation:
+        child = self._child(socket)  # checked before _pairs looks at the socket's process
+        op_id = child.call(method, socket=socket.sid, buffers=_pairs(socket, buffers), **params)
         return VerbsOperation(socket.process, op_id)
 
     def rdma_write(self, socket: Any, local_buffers: list[Any], target_descriptor: bytes,
                    offset: int = 0) -> VerbsOperation:
-        self._child(socket)
-        return self._op(socket, "rdma_write", buffers=_pairs(socket, local_buffers),
-                        descriptor=target_descriptor, offset=offset)
+        return self._op(socket, "rdma_write", local_buffers, descriptor=target_descriptor, offset=offset)
 
     def rdma_read(self, socket: Any, local_buffers: list[Any], source_descriptor: bytes,
                   offset: int = 0) -> VerbsOperation:
-        self._child(socket)
-        return self._op(socket, "rdma_read", buffers=_pairs(socket, local_buffers),
-                        descriptor=source_descriptor, offset=offset)
+        return self._op(socket, "rdma_read", local_buffers, descriptor=source_descriptor, offset=offset)
 
     def rdma_write_burst(self, socket: Any, local_buffers: list[Any], target_descriptor: bytes, offset: int = 0,
                          count: int = 1, depth: int = 16) -> VerbsOperation:
-        self._child(socket)  # the child reposts each write as the previous completes: no round trip each
-        return self._op(socket, "rdma_write_burst", buffers=_pairs(socket, local_buffers),
+        # The child reposts each write as the previous completes: no round trip each.
+        return self._op(socket, "rdma_write_burst", local_buffers,
                         descriptor=target_descriptor, offset=offset, count=count, depth=depth)
 
     def rdma_read_burst(self, socket: Any, local_buffers: list[Any], source_descriptor: bytes, offset: int = 0,
                         count: int = 1, depth: int = 16) -> VerbsOperation:
-        self._child(socket)
-        return self._op(socket, "rdma_read_burst", buffers=_pairs(socket, local_buffers),
+        return self._op(socket, "rdma_read_burst", local_buffers,
                         descriptor=source_descriptor, offset=offset, count=count, depth=depth)
 
     def send(self, socket: Any, buffers: list[Any]) -> VerbsOperation:
-        self._child(socket)
-        return self._op(socket, "send", buffers=_pairs(socket, buffers))
+        return self._op(socket, "send", buffers)
 
     def recv(self, socket: Any, buffers: list[Any]) -> VerbsOperation:
-        self._child(socket)
-        return self._op(socket, "recv", buffers=_pairs(socket, buffers))
+        return self._op(socket, "recv", buffers)
 
     def close_socket(self, socket: Any) -> None:
         self._child(socket).call("close_socket", socket=socket.sid)

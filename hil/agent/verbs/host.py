@@ -20,8 +20,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
-import json
-import mmap as _mmap
 import os
 import queue
 import signal
@@ -32,6 +30,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from ..wire import decode, encode
 from .constants import (
     CACHE_TYPES,
     DO_DIRECT_IO,
@@ -44,6 +43,7 @@ from .constants import (
     WSAEOPNOTSUPP,
     SanError,
 )
+from .libc import MAP_HUGETLB, libc, map_anonymous
 
 SYSFS = "/sys/class/infiniband"
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
@@ -187,30 +187,6 @@ class ChildFailure(RuntimeError):
         super().__init__(f"{kind}: {message}")
 
 
-def _to_json(value: Any) -> Any:
-    import base64
-
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$b": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, (list, tuple)):
-        return [_to_json(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _to_json(v) for k, v in value.items()}
-    return value
-
-
-def _from_json(value: Any) -> Any:
-    import base64
-
-    if isinstance(value, list):
-        return [_from_json(v) for v in value]
-    if isinstance(value, dict):
-        if "$b" in value and len(value) == 1:
-            return base64.b64decode(value["$b"])
-        return {k: _from_json(v) for k, v in value.items()}
-    return value
-
-
 def raise_error(error: dict[str, Any]) -> None:
     """Turn a child's error object into the exception it stands for."""
     code = error.get("code")
@@ -281,8 +257,7 @@ class ChildProcess:
             self._proc.wait()
             raise ChildGone(f"child {self._proc.pid} exited (code {self._proc.returncode}): "
                             f"{self.stderr_tail()}")
-        reply: dict[str, Any] = _from_json(json.loads(line))
-        return reply
+        return decode(line)
 
     def stderr_tail(self, limit: int = 2000) -> str:
         try:
@@ -310,8 +285,7 @@ class ChildProcess:
             stdin = self._proc.stdin
             assert stdin is not None
             try:
-                stdin.write(json.dumps(_to_json({"id": rid, "method": method, "params": params}),
-                                       separators=(",", ":")).encode() + b"\n")
+                stdin.write(encode({"id": rid, "method": method, "params": params}))
                 stdin.flush()
             except (BrokenPipeError, OSError):
                 raise ChildGone(f"child {self._proc.pid} is gone: {self.stderr_tail()}") from None
@@ -392,29 +366,8 @@ class ChildProcess:
 
 # -- the proxy: pinned, physical and contiguous memory ------------------------------------------------
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.restype = ctypes.c_int
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mlock.restype = ctypes.c_int
-_libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.munlock.restype = ctypes.c_int
-_libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_MAP_FAILED = ctypes.c_void_p(-1).value
-_PROT_RW = getattr(_mmap, "PROT_READ", 1) | getattr(_mmap, "PROT_WRITE", 2)
-_MAP_PRIVATE = getattr(_mmap, "MAP_PRIVATE", 2)
-_MAP_ANONYMOUS = getattr(_mmap, "MAP_ANONYMOUS", 0x20)
-_MAP_HUGETLB = getattr(_mmap, "MAP_HUGETLB", 0x40000)
 _PFN_MASK = (1 << 55) - 1
 _PRESENT = 1 << 63
-
-
-def _map(size: int, flags: int = 0) -> int | None:
-    address = _libc.mmap(None, size, _PROT_RW, _MAP_PRIVATE | _MAP_ANONYMOUS | flags, -1, 0)
-    if address is None or address == _MAP_FAILED:
-        return None
-    return int(address)
 
 
 def _touch(address: int, size: int, step: int = PAGE_SIZE) -> None:
@@ -474,10 +427,6 @@ class HostAllocation:
         self.length = length
         self.size = size
         self.physical_runs = runs
-
-    def info(self) -> dict[str, Any]:
-        return {"id": self.id, "address": self.address, "length": self.length,
-                "physical_runs": [list(r) for r in self.physical_runs]}
 
     def __repr__(self) -> str:
         return f"<HostAllocation #{self.id}: {self.length} bytes at {self.address:#x}>"
@@ -597,21 +546,21 @@ class PinnedProxy:
         """What this host's proxy really gives: "physical_addresses" (pagemap PFNs), "contiguous" (hugetlb)."""
         if self._caps is None:
             caps = set()
-            address = _map(PAGE_SIZE)
+            address = map_anonymous(PAGE_SIZE)
             if address is not None:
                 _touch(address, PAGE_SIZE)
                 if all(physical_frames(address, PAGE_SIZE)):
                     caps.add("physical_addresses")
-                _libc.munmap(address, PAGE_SIZE)
+                libc.munmap(address, PAGE_SIZE)
             if "physical_addresses" in caps:
-                huge = _map(HUGE_PAGE_SIZE, _MAP_HUGETLB)
+                huge = map_anonymous(HUGE_PAGE_SIZE, MAP_HUGETLB)
                 if huge is not None:
                     try:
                         _touch(huge, HUGE_PAGE_SIZE, HUGE_PAGE_SIZE)
                         if all(physical_frames(huge, PAGE_SIZE)):
                             caps.add("contiguous")
                     finally:
-                        _libc.munmap(huge, HUGE_PAGE_SIZE)
+                        libc.munmap(huge, HUGE_PAGE_SIZE)
             self._caps = frozenset(caps)
         return self._caps
 
@@ -621,13 +570,13 @@ class PinnedProxy:
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise SanError(WSAEINVAL, f"proxy of {self.name}: cannot allocate {nbytes!r} bytes")
         size = -(-nbytes // PAGE_SIZE) * PAGE_SIZE
-        address = _map(size)
+        address = map_anonymous(size)
         if address is None:
             raise SanError(WSAENOBUFS, f"proxy of {self.name}: mmap of {size} bytes failed: "
                            f"{os.strerror(ctypes.get_errno())}")
-        if _libc.mlock(address, size) != 0:
+        if libc.mlock(address, size) != 0:
             err = ctypes.get_errno()
-            _libc.munmap(address, size)
+            libc.munmap(address, size)
             raise SanError(WSAENOBUFS, f"proxy of {self.name}: mlock of {size} bytes failed: "
                            f"{os.strerror(err)} (RLIMIT_MEMLOCK?)")
         allocation = HostAllocation(next(self._ids), address, nbytes, size, physical_runs(address, nbytes))
@@ -641,8 +590,7 @@ class PinnedProxy:
             raise SanError(WSAEINVAL, f"free: {allocation!r} is not a live allocation of the proxy of "
                                       f"{self.name} (double free?)")
         del self._allocations[mine.id]
-        _libc.munlock(mine.address, mine.size)
-        _libc.munmap(mine.address, mine.size)
+        self._release_block(mine.address, mine.size)
 
     # -- P4 -------------------------------------------------------------------------------------
 
@@ -655,11 +603,11 @@ class PinnedProxy:
         rejected = []
         try:
             for _ in range(attempts):
-                address = _map(size, _MAP_HUGETLB)
+                address = map_anonymous(size, MAP_HUGETLB)
                 if address is None:
                     return None
-                if _libc.mlock(address, size) != 0:
-                    _libc.munmap(address, size)
+                if libc.mlock(address, size) != 0:
+                    libc.munmap(address, size)
                     return None
                 _touch(address, size, HUGE_PAGE_SIZE)
                 frames = physical_frames(address, size)
@@ -677,8 +625,8 @@ class PinnedProxy:
                 self._release_block(address, size)
 
     def _release_block(self, address: int, size: int) -> None:
-        _libc.munlock(address, size)
-        _libc.munmap(address, size)
+        libc.munlock(address, size)
+        libc.munmap(address, size)
 
     def allocate_contiguous(self, nbytes: int, lowest: int, highest: int, boundary: int,
                             cache_type: int) -> int | None:

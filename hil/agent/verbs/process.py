@@ -30,7 +30,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import ctypes
-import mmap as _mmap
 import os
 import random
 import time
@@ -74,6 +73,7 @@ from .constants import (
     SanError,
     status_from_wc,
 )
+from .libc import PROT_NONE, libc, map_anonymous
 
 INTERNAL = 1 << 62  # wr_id bit of the engine's own work requests (bind, local invalidate)
 INTERNAL_SLOTS = 8  # send-queue room kept for them on top of QUEUE_DEPTH
@@ -90,21 +90,6 @@ RETRY_COUNT = 6
 RNR_RETRY = 7
 MIN_RNR_TIMER = 12
 RD_ATOMIC = 4
-
-_PROT_NONE = 0
-_PROT_RW = getattr(_mmap, "PROT_READ", 1) | getattr(_mmap, "PROT_WRITE", 2)
-_MAP_PRIVATE = getattr(_mmap, "MAP_PRIVATE", 2)
-_MAP_ANONYMOUS = getattr(_mmap, "MAP_ANONYMOUS", 0x20)
-_MAP_FAILED = ctypes.c_void_p(-1).value
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.restype = ctypes.c_int
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mprotect.restype = ctypes.c_int
-_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-
 
 class Mapping:
     """One buffer: ``length`` usable bytes at ``address``; ``size`` mapped bytes including the guard page."""
@@ -273,11 +258,11 @@ class VerbsProcess:
             raise ValueError(f"alloc needs a positive size, got {nbytes!r}")
         usable = -(-nbytes // PAGE_SIZE) * PAGE_SIZE
         size = usable + PAGE_SIZE  # + a guard page
-        address = _libc.mmap(None, size, _PROT_RW, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
-        if address is None or address == _MAP_FAILED:
+        address = map_anonymous(size)
+        if address is None:
             raise SanError(WSAENOBUFS, f"mmap of {size} bytes failed: {os.strerror(ctypes.get_errno())}")
-        if _libc.mprotect(address + usable, PAGE_SIZE, _PROT_NONE) != 0:
-            _libc.munmap(address, size)
+        if libc.mprotect(address + usable, PAGE_SIZE, PROT_NONE) != 0:
+            libc.munmap(address, size)
             raise SanError(WSAENOBUFS, f"mprotect of the guard page failed: {os.strerror(ctypes.get_errno())}")
         self._maps[address] = Mapping(address, nbytes, size)
         bisect.insort(self._bases, address)
@@ -294,7 +279,7 @@ class VerbsProcess:
                     raise SanError(WSAEINVAL, f"buffer {address:#x} is still registered ({reg!r})")
         del self._maps[address]
         self._bases.remove(address)
-        _libc.munmap(address, mapping.size)
+        libc.munmap(address, mapping.size)
 
     def _mapping_of(self, address: int, length: int) -> Mapping | None:
         """The buffer wholly holding [address, address+length), or None."""
@@ -974,7 +959,7 @@ class VerbsProcess:
         self._retry_zombies()
         for address in list(self._maps):
             mapping = self._maps.pop(address)
-            _libc.munmap(address, mapping.size)
+            libc.munmap(address, mapping.size)
         self._bases = []
         for obj in (self.cq, self.pd, self.ctx):
             with contextlib.suppress(Exception):
