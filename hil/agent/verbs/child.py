@@ -31,7 +31,7 @@ METHODS = frozenset((
     "register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
     "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
     "getsockopt", "registrations",
-    "supports_rdma_read", "op_wait", "op_done", "op_forget", "leaks", "reset", "exit",
+    "supports_rdma_read", "op_wait", "op_done", "leaks", "reset", "exit",
 ))
 
 

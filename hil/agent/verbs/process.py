@@ -871,12 +871,6 @@ class VerbsProcess:
             pause = min(pause * 2, 0.005)
         return op.result()
 
-    def op_forget(self, op_id: int) -> None:
-        """Drop a completed operation's record (the host side has its result)."""
-        op = self._ops.get(op_id)
-        if op is not None and op.status is not None:
-            del self._ops[op_id]
-
     def _internal_id(self) -> int:
         wr_id = self._next_internal
         self._next_internal += 1
@@ -936,12 +930,15 @@ class VerbsProcess:
             self._zombies.append(sock.qp)
         sock.state = "closed"
         del self._sockets[sock.id]
-        self._closed_sockets.add(sock.id)  # completed operation records stay until the host forgets them
+        self._closed_sockets.add(sock.id)  # completed operation records stay until the next reset
 
     def reset(self) -> None:
-        """Close every socket (releasing its registrations); buffers stay."""
+        """Close every socket (releasing its registrations); buffers stay. The host forgets every socket
+        and operation at a reset, so their records go too (this process may serve a whole session)."""
         for sid in list(self._sockets):
             self.close_socket(sid)
+        self._ops.clear()
+        self._closed_sockets.clear()
         self._retry_zombies()
 
     def _check_open(self) -> None:
