@@ -99,24 +99,24 @@ def _status(args: argparse.Namespace) -> int:
     return status(args.state_dir)
 
 
+def _passed_on(args: argparse.Namespace) -> list[str]:
+    """The arguments after the command's own (a leading ``--`` only separates them)."""
+    extra = list(getattr(args, "extra_args", []))
+    return extra[1:] if extra[:1] == ["--"] else extra
+
+
 def _ssh(args: argparse.Namespace) -> int:
     import subprocess
 
     from .lab import ssh_command
 
-    extra = list(getattr(args, "extra_args", []))
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
-    return subprocess.call(ssh_command(args.state_dir, args.guest, extra))
+    return subprocess.call(ssh_command(args.state_dir, args.guest, _passed_on(args)))
 
 
 def _run(args: argparse.Namespace) -> int:
     from .lab import run
 
-    extra = list(getattr(args, "extra_args", []))
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
-    return run(_options(args), extra)
+    return run(_options(args), _passed_on(args))
 
 
 def add_lab_commands(commands: Any) -> None:

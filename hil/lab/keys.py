@@ -31,6 +31,13 @@ class LabKeys:
     def files(self) -> list[Path]:
         return [self.client_key, self.client_pub, self.host_key, self.host_pub, self.known_hosts]
 
+    @classmethod
+    def in_dir(cls, directory: Path) -> LabKeys:
+        """Where a lab in ``directory`` keeps its keys."""
+        return cls(client_key=directory / "client_ed25519", client_pub=directory / "client_ed25519.pub",
+                   host_key=directory / "host_ed25519", host_pub=directory / "host_ed25519.pub",
+                   known_hosts=directory / "known_hosts")
+
 
 def _write(path: Path, data: bytes, mode: int) -> None:
     # Created with its final mode: a private key is never readable by others, not even for a moment.
@@ -51,13 +58,7 @@ def _keypair(private: Path, public: Path, comment: str) -> None:
 
 def generate_keys(directory: Path) -> LabKeys:
     """New client and host key pairs in ``directory``; known_hosts stays empty until the ports are known."""
-    keys = LabKeys(
-        client_key=directory / "client_ed25519",
-        client_pub=directory / "client_ed25519.pub",
-        host_key=directory / "host_ed25519",
-        host_pub=directory / "host_ed25519.pub",
-        known_hosts=directory / "known_hosts",
-    )
+    keys = LabKeys.in_dir(directory)
     _keypair(keys.client_key, keys.client_pub, "pytest-san-lab-client")
     _keypair(keys.host_key, keys.host_pub, "pytest-san-lab-host")
     _write(keys.known_hosts, b"", 0o644)

@@ -542,7 +542,8 @@ def ssh_command(state_dir: Path, name: str, command: Sequence[str] = ()) -> list
     if guest is None:
         names = ", ".join(g.name for g in state.guests) or "none"
         raise LabError(f"the lab in {directory} has no guest {name!r} (its guests: {names})")
-    return ["ssh", "-i", str(directory / "client_ed25519"), "-o", f"UserKnownHostsFile={directory / 'known_hosts'}",
+    keys = LabKeys.in_dir(directory)
+    return ["ssh", "-i", str(keys.client_key), "-o", f"UserKnownHostsFile={keys.known_hosts}",
             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
             "-p", str(guest.ssh_port), "root@127.0.0.1", *command]
 
