@@ -6,7 +6,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pytest_san import Access, Buffer, Completion, Process, Provider, Proxy, SanError, Socket, Status
+import pytest
+
+from pytest_san import Access, Buffer, Completion, Process, Provider, Proxy, SanError, Socket, Status, WsaError
 
 GUARD = 64
 GUARD_BYTE = 0xA5
@@ -70,6 +72,14 @@ def window(endpoint: End, nbytes: int, access: Access, fill: int = 0x22) -> tupl
 
 
 Outcome = Completion | SanError
+
+
+def expect_error(code: WsaError, call: Callable[..., object], *args: Any) -> SanError:
+    """The SanError ``call(*args)`` must raise, with ``code``."""
+    with pytest.raises(SanError) as info:
+        call(*args)
+    assert info.value.code is code, f"expected {code.name}, got {info.value}"
+    return info.value
 
 
 def attempt(call: Callable[[], Any]) -> Outcome:

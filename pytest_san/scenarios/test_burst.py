@@ -11,10 +11,10 @@ import dataclasses
 
 import pytest
 
-from pytest_san import Access, Backend, Completion, Connection, PendingOperation, SanError, Status, WsaError
+from pytest_san import Access, Backend, Completion, Connection, PendingOperation, Status, WsaError
 from pytest_san.burst import rdma_read_burst, rdma_write_burst
 
-from .support import TIMEOUT, Guarded, attempt, rejected, sink, source, window
+from .support import TIMEOUT, Guarded, attempt, expect_error, rejected, sink, source, window
 
 SIZE = 4096
 COUNT = 40  # more than one window of DEPTH (16): reposting is exercised
@@ -96,9 +96,8 @@ def test_burst_count_and_depth_below_one_are_einval(conn: Connection, count: obj
     a, b = conn.local, conn.remote
     buf, handle = source(a, DATA)
     target, desc = window(b, SIZE, Access.WRITE)
-    with pytest.raises(SanError) as err:
-        rdma_write_burst(a.provider, a.socket, [(buf, handle)], desc, count=count, depth=depth)  # type: ignore[arg-type]
-    assert err.value.code is WsaError.WSAEINVAL
+    expect_error(WsaError.WSAEINVAL, lambda: rdma_write_burst(a.provider, a.socket, [(buf, handle)], desc,
+                                                             count=count, depth=depth))  # type: ignore[arg-type]
     assert target.unchanged()
 
 
@@ -126,9 +125,7 @@ def test_registrations_of_a_pending_burst_cannot_be_deregistered(san_backend: Ba
     a = conn.local
     held = held_burst(san_backend, conn)
     assert not held.burst.done()
-    with pytest.raises(SanError) as err:
-        a.provider.deregister_memory(a.socket, held.handle)
-    assert err.value.code is WsaError.WSAEINVAL
+    expect_error(WsaError.WSAEINVAL, a.provider.deregister_memory, a.socket, held.handle)
     san_backend.faults.release(a.socket)  # type: ignore[union-attr]
     done = _wait(held.burst)
     assert done.status is Status.SUCCESS and done.bytes == COUNT * SIZE

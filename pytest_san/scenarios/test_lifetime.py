@@ -6,7 +6,7 @@ import pytest
 
 from pytest_san import Access, Backend, Connection, SanError, Status, Switch, WsaError
 
-from .support import TIMEOUT, attempt, read_from, rejected, sink, source, succeeded, window, write_into
+from .support import TIMEOUT, attempt, expect_error, read_from, rejected, sink, source, succeeded, window, write_into
 
 DATA = b"\x3c" * 4096
 
@@ -129,9 +129,7 @@ def test_proxy_out_of_memory_is_enobufs_and_leaves_nothing(san_backend: Backend,
     registered = len(a.provider.registrations(a.socket))
     san_backend.faults.fail_allocations(a.process.node, 2)
     for register in (a.provider.register_memory, a.provider.register_rdma_memory):
-        with pytest.raises(SanError) as err:
-            register(a.socket, a.process.alloc(4096), Access.READ)
-        assert err.value.code is WsaError.WSAENOBUFS
+        expect_error(WsaError.WSAENOBUFS, register, a.socket, a.process.alloc(4096), Access.READ)
     assert a.proxy.live_allocations() == before
     assert len(a.provider.registrations(a.socket)) == registered
     h = a.provider.register_memory(a.socket, a.process.alloc(4096), Access.READ)  # the fault is spent
@@ -156,9 +154,7 @@ def test_same_buffer_registered_twice_is_reference_counted(conn: Connection) -> 
     assert target.inner.read() == DATA
     a.provider.deregister_memory(a.socket, h2)
     assert a.proxy.live_allocations() == before
-    with pytest.raises(SanError) as err:
-        a.provider.deregister_memory(a.socket, h2)
-    assert err.value.code is WsaError.WSAEINVAL
+    expect_error(WsaError.WSAEINVAL, a.provider.deregister_memory, a.socket, h2)
 
 
 @pytest.mark.san_rule("R13")
@@ -177,9 +173,7 @@ def test_rdma_registration_reference_counted(conn: Connection) -> None:
 def test_deregister_unknown_handle_is_einval(conn: Connection) -> None:
     a = conn.local
     for bogus in (0, 0xDEADBEEF, -1):
-        with pytest.raises(SanError) as err:
-            a.provider.deregister_memory(a.socket, bogus)
-        assert err.value.code is WsaError.WSAEINVAL
+        expect_error(WsaError.WSAEINVAL, a.provider.deregister_memory, a.socket, bogus)
 
 
 @pytest.mark.san_rule("R13", "R1")
@@ -187,9 +181,7 @@ def test_deregister_on_another_socket_is_einval(san_switch: Switch, conn: Connec
     a = conn.local
     other = san_switch.connect(process=a.process).local
     _, handle = source(a, DATA)
-    with pytest.raises(SanError) as err:
-        other.provider.deregister_memory(other.socket, handle)
-    assert err.value.code is WsaError.WSAEINVAL
+    expect_error(WsaError.WSAEINVAL, other.provider.deregister_memory, other.socket, handle)
     a.provider.deregister_memory(a.socket, handle)
 
 
@@ -200,7 +192,5 @@ def test_deregister_in_use_by_pending_operation_is_einval(conn: Connection) -> N
     pending = b.provider.recv(b.socket, [(g.inner, handle)])  # no sender: stays pending
     assert not pending.done()
     live = len(b.provider.registrations(b.socket))
-    with pytest.raises(SanError) as err:
-        b.provider.deregister_memory(b.socket, handle)
-    assert err.value.code is WsaError.WSAEINVAL
+    expect_error(WsaError.WSAEINVAL, b.provider.deregister_memory, b.socket, handle)
     assert len(b.provider.registrations(b.socket)) == live  # still registered

@@ -9,9 +9,8 @@ injection have capabilities of their own.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 import pytest
 
@@ -29,17 +28,12 @@ from pytest_san import (
 )
 from pytest_san.protocols import Allocation
 
+from .support import expect_error
+
 P = PAGE_SIZE
 DO_BUFFERED_IO = 0x4  # wdm.h; a device object uses one buffer method, never both
 SIZES = (1, 100, P - 1, P, P + 1, 3 * P, 64 * 1024 + 17)
 NO_RAM = 1 << 52  # a physical range no lab host has memory in
-
-
-def expect_error(code: WsaError, call: Callable[..., object], *args: Any) -> SanError:
-    with pytest.raises(SanError) as info:
-        call(*args)
-    assert info.value.code is code, f"expected {code.name}, got {info.value}"
-    return info.value
 
 
 def overlapping(runs: Sequence[tuple[int, int]]) -> bool:
