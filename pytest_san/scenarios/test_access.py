@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_san import Access, Backend, Connection, Endpoint, Switch
+from pytest_san import Access, Backend, Buffer, Connection, Endpoint, Switch
 
-from .support import attempt, read_from, rejected, sink, source, succeeded, window, write_into
+from .support import attempt, expect_error, read_from, rejected, sink, source, succeeded, window, write_into
 
 DATA = bytes(range(256)) * 16  # 4 KiB
 
@@ -24,29 +24,30 @@ def test_handle_works_in_its_own_process(conn: Connection) -> None:
     assert target.inner.read() == DATA and target.intact()
 
 
+def _foreign_handle_rejected(b: Endpoint, intruder: Endpoint, buf: Buffer, handle: int) -> None:
+    """``intruder`` writes ``buf`` under a handle it does not own into a window ``b`` made for it."""
+    target, _ = window(b, len(DATA), Access.WRITE)
+    desc = b.provider.register_rdma_memory(intruder.peer.socket, target.inner, Access.WRITE)
+    assert rejected(attempt(lambda: intruder.provider.rdma_write(intruder.socket, [(buf, handle)], desc, 0)))
+    assert target.unchanged()
+
+
 @pytest.mark.san_rule("R1")
 def test_handle_from_another_process_is_rejected(san_switch: Switch, conn: Connection) -> None:
     a, b = conn.local, conn.remote
     other = san_switch.connect(peer=b.process, process=a.process.node.spawn_process()).local
-    _, handle = source(a, DATA)  # a's handle ...
-    target, _ = window(b, len(DATA), Access.WRITE)
+    _, handle = source(a, DATA)  # a's handle, used by another process with its own buffer
     mine = other.process.alloc(len(DATA))
     mine.write(b"\x77" * len(DATA))
-    other_desc = b.provider.register_rdma_memory(other.peer.socket, target.inner, Access.WRITE)
-    # ... used by another process, with its own buffer and with a's buffer: both rejected.
-    assert rejected(attempt(lambda: other.provider.rdma_write(other.socket, [(mine, handle)], other_desc, 0)))
-    assert target.unchanged()
+    _foreign_handle_rejected(b, other, mine, handle)
 
 
 @pytest.mark.san_rule("R1")
 def test_handle_from_another_process_buffer_is_rejected(san_switch: Switch, conn: Connection) -> None:
     a, b = conn.local, conn.remote
     other = san_switch.connect(peer=b.process, process=a.process.node.spawn_process()).local
-    buf, handle = source(a, DATA)
-    target, _ = window(b, len(DATA), Access.WRITE)
-    other_desc = b.provider.register_rdma_memory(other.peer.socket, target.inner, Access.WRITE)
-    assert rejected(attempt(lambda: other.provider.rdma_write(other.socket, [(buf, handle)], other_desc, 0)))
-    assert target.unchanged()
+    buf, handle = source(a, DATA)  # a's handle and a's buffer, used by another process
+    _foreign_handle_rejected(b, other, buf, handle)
 
 
 @pytest.mark.san_rule("R1")
@@ -54,22 +55,17 @@ def test_handle_on_another_socket_of_the_same_process_is_rejected(san_switch: Sw
     a, b = conn.local, conn.remote
     second = san_switch.connect(peer=b.process, process=a.process).local
     buf, handle = source(a, DATA)  # registered on the first socket
-    target, _ = window(b, len(DATA), Access.WRITE)
-    desc2 = b.provider.register_rdma_memory(second.peer.socket, target.inner, Access.WRITE)
-    assert rejected(attempt(lambda: second.provider.rdma_write(second.socket, [(buf, handle)], desc2, 0)))
-    assert target.unchanged()
+    _foreign_handle_rejected(b, second, buf, handle)
 
 
 @pytest.mark.san_rule("R1", "R14")
 def test_registering_another_process_buffer_is_efault(conn: Connection) -> None:
-    from pytest_san import SanError, WsaError
+    from pytest_san import WsaError
 
     a, b = conn.local, conn.remote
     foreign = b.process.alloc(4096)
-    with pytest.raises(SanError) as err:
-        a.provider.register_memory(a.socket, foreign, Access.READ)
     # Either the range is not mapped in a's address space, or it names a's own memory: never b's.
-    assert err.value.code is WsaError.WSAEFAULT
+    expect_error(WsaError.WSAEFAULT, a.provider.register_memory, a.socket, foreign, Access.READ)
 
 
 # -- R2: descriptors work only for the connected peer, on that connection ---------------------------
