@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from lab_hosts import host_configs
 from sshd import SSHD, SshServer, start_sshd
+
+from hil.inventory import HostConfig
 
 pytest_plugins = ["pytester"]
 
@@ -26,3 +30,15 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def remote_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The remote temporary directory of the loopback lab hosts: agents and lease files of one module."""
+    return tmp_path_factory.mktemp("remote-tmp")
+
+
+@pytest.fixture
+def hosts(sshd: SshServer, remote_tmp: Path) -> list[HostConfig]:
+    """Two emulator-engine lab hosts behind the test sshd (tests/lab_hosts.py)."""
+    return host_configs(sshd, remote_tmp)

@@ -20,10 +20,6 @@ def small(pages: int = 16) -> PhysicalMemory:
     return PhysicalMemory(size=RESERVED_BELOW + pages * P)
 
 
-def overlaps(a: Run, b: Run) -> bool:
-    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
-
-
 def test_default_map_is_6_gib_above_the_first_mib() -> None:
     m = PhysicalMemory()
     assert (m.start, m.end) == (0x100000, 6 << 30) == (RESERVED_BELOW, DEFAULT_SIZE)

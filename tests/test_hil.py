@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sshd import SshServer, is_running, wait_until, write_keypair
+from sshd import SshServer, free_port, is_running, wait_until, write_keypair
 
 from hil.backend import HilBackend, combined_capabilities
 from hil.client import AgentError
@@ -109,9 +109,7 @@ def test_wrong_client_key_is_refused(lab_host: HostConfig, tmp_path: Path) -> No
 
 
 def test_unreachable_host(lab_host: HostConfig) -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     with pytest.raises(TransportError) as err:
         HilBackend([dataclasses.replace(lab_host, port=port)])
     assert str(err.value).startswith(f"lab1 (127.0.0.1:{port})")

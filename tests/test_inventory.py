@@ -27,11 +27,6 @@ def fails(path: Path, *, check_files: bool = True) -> str:
     return message
 
 
-def one_host(tmp_path: Path, variables: str) -> str:
-    """An inventory with host n1 carrying ``variables`` (YAML flow mapping); its error message."""
-    return fails(write(tmp_path, f"all:\n  hosts:\n    n1: {variables}\n"))
-
-
 # --- the shipped inventories -----------------------------------------------------------------------
 
 

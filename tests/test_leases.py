@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_hosts import NAMES, host_configs, start_pytest, write_inventory
-from sshd import SshServer, is_running, wait_until
+from lab_hosts import NAMES, start_pytest, write_inventory
+from sshd import is_running, wait_until
 
 from hil import xdist
 from hil.agent import lease
@@ -174,16 +174,6 @@ def test_describe_holder_without_a_record() -> None:
 
 
 # --- over a real sshd: two emulator hosts --------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def remote_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("remote-tmp")
-
-
-@pytest.fixture
-def hosts(sshd: SshServer, remote_tmp: Path) -> list[HostConfig]:
-    return host_configs(sshd, remote_tmp)
 
 
 def _policy(worker: str, timeout: float = 0.0, **kwargs: Any) -> LeasePolicy:

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_hosts import NAMES, host_configs, write_inventory
-from sshd import SshServer
+from lab_hosts import NAMES, write_inventory
 
 from hil import bandwidth
 from hil.backend import HilBackend
@@ -118,16 +117,6 @@ def test_summary_with_bandwidth() -> None:
     assert "![RDMA write bandwidth: harness and ib_write_bw](bandwidth.png)" in text
     assert "| 4096 | 0.01 | 2.47 |" in text and "| 65536 | 0.2 | 8.1 |" in text
     assert "| 2 |" not in text  # ib_write_bw's sizes below the harness's are left out of the table
-
-
-@pytest.fixture(scope="module")
-def remote_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("remote-tmp")
-
-
-@pytest.fixture
-def hosts(sshd: SshServer, remote_tmp: Path) -> list[HostConfig]:
-    return host_configs(sshd, remote_tmp)
 
 
 def test_harness_bandwidth_through_the_public_api(hosts: list[HostConfig]) -> None:

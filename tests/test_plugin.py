@@ -450,9 +450,6 @@ def test_make_backend_hook_replaces_the_default(pytester: pytest.Pytester) -> No
 
 # --- with the real emulator -------------------------------------------------------------------
 
-needs_emulator = pytest.mark.skipif(importlib.util.find_spec("pytest_san.emulator") is None,
-                                    reason="pytest_san.emulator is not written yet")
-
 EXAMPLE_TEST = """
     import pytest
     from pytest_san import Access, Status
@@ -474,7 +471,6 @@ EXAMPLE_TEST = """
 """
 
 
-@needs_emulator
 def test_spec_example_on_the_emulator(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_example=EXAMPLE_TEST)
     result = pytester.runpytest("--san-report", "san-report.json")
@@ -486,7 +482,6 @@ def test_spec_example_on_the_emulator(pytester: pytest.Pytester) -> None:
     assert data["rules"]["R11"] == _zero()
 
 
-@needs_emulator
 def test_provider_and_proxy_hooks_wrap_the_emulator(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
         class Wrapped:
@@ -518,7 +513,6 @@ def test_provider_and_proxy_hooks_wrap_the_emulator(pytester: pytest.Pytester) -
     pytester.runpytest().assert_outcomes(passed=1)
 
 
-@needs_emulator
 def test_emulator_leak_is_caught(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
         import pytest

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
-from sshd import SshServer
+from sshd import SshServer, free_port
 
 from hil.agent.prepare import SYS_IB
 from hil.cli import main
@@ -54,9 +53,7 @@ def test_emulator_host_over_ssh_is_ready(sshd: SshServer, tmp_path: Path,
 
 
 def test_unreachable_host_is_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     inv = _inventory(tmp_path, ansible_host="127.0.0.1", ansible_port=port)
     status, out = _run(capsys, "--inventory", str(inv))
     assert status == 1 and f"missing: h1 (127.0.0.1:{port})" in out
