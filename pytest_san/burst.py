@@ -86,13 +86,11 @@ class WindowedBurst:
         self.kind = kind
         self.count = count
         self.depth = depth
-        self.posted = 0
         self.bytes = 0
         self.error: SanError | None = None  # a post refused mid-burst: the burst completes ABORTED
         self._status = Status.SUCCESS
-        self._in_flight: deque[PendingOperation] = deque()
         self._completion: Completion | None = None
-        self._in_flight.append(self._post())  # errors of the call itself raise here
+        self._in_flight: deque[PendingOperation] = deque([self._post()])  # the call's own errors raise here
         self.posted = 1
         self._progress()
 
@@ -107,24 +105,25 @@ class WindowedBurst:
             self._status = completion.status
 
     def _progress(self) -> None:
-        """Reap what has completed, in order; post more while nothing failed."""
-        while self._completion is None:
+        """Reap what has completed, in order; post more while nothing failed; complete when nothing is left."""
+        if self._completion is not None:
+            return
+        while True:
             while self._in_flight and self._in_flight[0].done():
                 self._reap(self._in_flight[0].wait(0))
-            failed = self._status is not Status.SUCCESS
-            if self.posted < self.count and not failed and len(self._in_flight) < self.depth:
-                try:
-                    self._in_flight.append(self._post())
-                    self.posted += 1
-                except SanError as exc:
-                    if exc.code is WsaError.WSAENETDOWN and self._in_flight:
-                        self.depth = len(self._in_flight)  # the send queue is full: keep what fits in flight
-                    else:
-                        self.error, self._status = exc, Status.ABORTED
-                continue
-            if not self._in_flight:
-                self._completion = Completion(self._status, self.bytes)
-            return
+            if (self.posted == self.count or self._status is not Status.SUCCESS
+                    or len(self._in_flight) >= self.depth):
+                break
+            try:
+                self._in_flight.append(self._post())
+                self.posted += 1
+            except SanError as exc:
+                if exc.code is WsaError.WSAENETDOWN and self._in_flight:
+                    self.depth = len(self._in_flight)  # the send queue is full: keep what fits in flight
+                else:
+                    self.error, self._status = exc, Status.ABORTED
+        if not self._in_flight:
+            self._completion = Completion(self._status, self.bytes)
 
     def done(self) -> bool:
         self._progress()
