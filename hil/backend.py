@@ -57,11 +57,7 @@ class Agent:
         return self.session.call(self.engine, method, *args)
 
     def reset(self) -> None:
-        if self.client.dead:
-            # The agent died (killed, or its SSH connection dropped): a fresh one serves the next test.
-            self.close()
-            self.start()
-            return
+        """A live agent's reset (HilBackend.reset replaces a dead one, leasing its host again)."""
         self.call("reset")
         self.session.forget_unpinned()
 
@@ -97,10 +93,9 @@ class HilBackend:
             raise ValueError("the hil backend needs at least one host")
         policy = leases or LeasePolicy()
         holder = policy.request.holder()
-        self.agents: list[Agent] = []
         self.lease_log = LeaseLog(policy.request.worker)
         self._leaser: Leaser[Agent] = Leaser(policy, lambda h: Agent(h, connect, holder, wrap), Agent.close)
-        self.agents = self._leaser.acquire(hosts)
+        self.agents: list[Agent] = self._leaser.acquire(hosts)
         self.lease_log.start([a.host.name for a in self.agents])
         self._capabilities = combined_capabilities([a.capabilities for a in self.agents], len(self.nodes))
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-DIAGNOSTICS_PREFIX = "san host diagnostics: "
+from .plugin import DIAGNOSTICS_PREFIX
+
 _TEXT_CHARS = 4000
 _RECORDER = "san-nightly-failures"
 

@@ -9,6 +9,9 @@ import pytest
 
 pytest_plugins = ["hil.xdist"]  # leases: --san-lease-timeout, --san-hosts-per-worker, the report's "leases"
 
+DIAGNOSTICS_PREFIX = "san host diagnostics: "
+"""A failed test's report section per host: this prefix, then its name (hil/nightly_plugin.py reads them)."""
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("san")
@@ -60,5 +63,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if not isinstance(backend, HilBackend):
         return
     for agent in backend.agents:
-        report.sections.append((f"san host diagnostics: {agent.host.name}",
+        report.sections.append((f"{DIAGNOSTICS_PREFIX}{agent.host.name}",
                                 collect(agent.host.name, agent.transport)))
