@@ -23,7 +23,8 @@ Run = tuple[int, int]
 """(physical address, bytes) of one physically contiguous piece."""
 
 
-def _page_up(value: int) -> int:
+def page_up(value: int) -> int:
+    """``value`` rounded up to whole pages."""
     return (value + _MASK) & ~_MASK
 
 
@@ -121,7 +122,7 @@ class PhysicalMemory:
         starts = self._starts
         if starts and min_address <= starts[0]:
             return 0, starts[0]
-        min_address = _page_up(min_address)
+        min_address = page_up(min_address)
         i = bisect_right(self._ends, min_address)
         if i == len(starts):
             return -1, 0
@@ -160,10 +161,10 @@ class PhysicalMemory:
             raise ValueError(f"allocate_contiguous needs a positive size, got {nbytes}")
         if boundary < 0:
             raise ValueError(f"boundary must not be negative, got {boundary}")
-        size = _page_up(nbytes)
+        size = page_up(nbytes)
         if boundary and size > boundary:
             return None
-        floor = max(_page_up(lowest), self.start)
+        floor = max(page_up(lowest), self.start)
         ceiling = (min(highest + 1, self.end)) & ~_MASK  # exclusive, page aligned
         if ceiling - floor < size:
             return None

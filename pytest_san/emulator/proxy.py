@@ -19,7 +19,7 @@ from ..types import (
     DeviceDescription,
     Leak,
 )
-from .memory import PhysicalMemory, Run
+from .memory import PhysicalMemory, Run, page_up
 
 _new = object.__new__
 
@@ -49,7 +49,7 @@ class EmulatedAllocation:
     def page_runs(self) -> list[Run]:
         """The whole-page runs taken from the physical memory."""
         if self._runs is None:
-            return [(self._base, (self.length + _MASK) & ~_MASK)]
+            return [(self._base, page_up(self.length))]
         return list(self._runs)
 
     @property
@@ -108,7 +108,7 @@ class EmulatedDmaAdapter:
         if logical is None:
             return None
         virtual = KERNEL_VA_BASE + logical
-        self._buffers[logical] = _CommonBuffer(length, virtual, bool(cache_enabled), _pages(length))
+        self._buffers[logical] = _CommonBuffer(length, virtual, bool(cache_enabled), page_up(length))
         self._owner._blocks_total += 1
         return virtual, logical
 
@@ -190,7 +190,7 @@ class EmulatedProxy:
     def allocate(self, nbytes: int) -> EmulatedAllocation:
         if self._fail_next or nbytes <= 0:
             raise self._refusal(nbytes)
-        size = (nbytes + _MASK) & ~_MASK
+        size = (nbytes + _MASK) & ~_MASK  # inline: allocate is on every registration's path
         base = self._take(size, self._min_address)
         runs = None
         if base < 0:  # the first free extent is too small: spread over several
@@ -217,7 +217,7 @@ class EmulatedProxy:
             raise _einval(self._why_not_mine(allocation)) from None
         runs = mine._runs
         if runs is None:
-            self._free_run(mine._base, (mine.length + _MASK) & ~_MASK)
+            self._free_run(mine._base, page_up(mine.length))
         else:
             self._memory.free(runs)
 
@@ -254,7 +254,7 @@ class EmulatedProxy:
         base = self._memory.allocate_contiguous(nbytes, lowest, highest, boundary)
         if base is None:
             return None
-        self._contiguous[base] = (nbytes, cache, _pages(nbytes))
+        self._contiguous[base] = (nbytes, cache, page_up(nbytes))
         self._blocks_total += 1
         return base
 
@@ -375,7 +375,3 @@ def _einval(message: str) -> SanError:
 def _by_id(allocation: EmulatedAllocation) -> int:
     return allocation.id
 
-
-def _pages(nbytes: int) -> int:
-    """``nbytes`` rounded up to whole pages."""
-    return (nbytes + _MASK) & ~_MASK
