@@ -284,14 +284,9 @@ class _Booter:
 
     def _record_temp_files(self, guest: GuestState) -> None:
         assert guest.pgid is not None
-        for pid, _ in group_members(guest.pgid):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            for path in _VIRTME_RET.findall(cmdline):
-                with self.lock:
-                    self.state.add_file(path)
+        for path in _VIRTME_RET.findall(" ".join(_cmdlines(guest.pgid))):
+            with self.lock:
+                self.state.add_file(path)
 
     def _check_over_ssh(self, guest: GuestState) -> None:
         from hil.transport import TransportError, open_transport  # paramiko: only when booting
@@ -385,16 +380,9 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
 # --- down ------------------------------------------------------------------------------------------
 
 
-def _ours(pgid: int, marks: Sequence[str]) -> bool:
-    """Whether group ``pgid`` still runs something of this lab (a stale state's pgid may be reused)."""
-    for pid, _ in group_members(pgid):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if any(mark in cmdline for mark in marks):
-            return True
-    return False
+def _ours(cmdlines: Sequence[str], marks: Sequence[str]) -> bool:
+    """Whether a process group's command lines are this lab's (a stale state's pgid may be reused)."""
+    return any(mark in cmdline for cmdline in cmdlines for mark in marks)
 
 
 def _marks(state: LabState) -> list[str]:
@@ -456,10 +444,11 @@ def _stop_and_remove(state: LabState, progress: Callable[[str, str], None]) -> N
     for name, pgid in named:
         if pgid is None or not group_members(pgid):
             continue
-        if not _ours(pgid, marks):
+        cmdlines = _cmdlines(pgid)
+        if not _ours(cmdlines, marks):
             progress(name, f"process group {pgid} no longer runs this lab's processes; left alone")
             continue
-        for path in _VIRTME_RET.findall(" ".join(_cmdlines(pgid))):
+        for path in _VIRTME_RET.findall(" ".join(cmdlines)):
             state.add_file(path)
         survivors = stop_group(pgid)
         progress(name, f"stopped (process group {pgid})" if not survivors else f"still running: {survivors}")
@@ -482,6 +471,7 @@ def _stop_and_remove(state: LabState, progress: Callable[[str, str], None]) -> N
 
 
 def _cmdlines(pgid: int) -> list[str]:
+    """The command lines (arguments joined by spaces) of group ``pgid``'s processes."""
     out = []
     for pid, _ in group_members(pgid):
         try:
