@@ -17,8 +17,9 @@ b. the wall time of ``python -m pytest --pyargs pytest_san.scenarios --san-backe
 c. RDMA write bandwidth at 64 KiB between the first two guests: the harness (``hil.bandwidth.measure_harness``:
    ``pytest_san.burst.rdma_write_burst`` on the public API; on a verbs host the agent's process keeps 16
    writes in flight and reposts each as the previous completes, one controller round trip per burst) against
-   ``ib_write_bw -d rxe0 -x 1 -s 65536 -n 2000 -F`` (server without an address on the second guest, client
-   with the second guest's ``san_lab_address`` on the first), printed as the ratio harness / ib_write_bw
+   ``ib_write_bw -s 65536 -n 2000 -F --report_gbits -d rxe0 -x 1`` (``hil.bandwidth.measure_ib_write_bw``:
+   server without an address on the second guest, client with the second guest's ``san_lab_address`` on
+   the first), printed as the ratio harness / ib_write_bw
    with the goal >= 0.8, PASS or MISS;
 d. where the harness's time goes (``--no-profile`` skips it): one agent round trip, one that reaches the
    verbs child, the post and the wait of single 64 KiB writes one at a time (a round trip each: what a
@@ -34,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -50,11 +50,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing: hil/ and pytest_san/ sit here
     sys.path.insert(0, str(ROOT))
 
+from hil import bandwidth  # noqa: E402
 from hil.backend import Agent, HilBackend  # noqa: E402
-from hil.bandwidth import BandwidthError, address_of, measure_harness, parse_ib_write_bw, timed_burst  # noqa: E402
+from hil.bandwidth import BandwidthError, address_of, measure_harness, timed_burst  # noqa: E402
 from hil.inventory import HostConfig, load_inventory  # noqa: E402
 from hil.lab.state import STATE_FILE, LabState  # noqa: E402
-from hil.transport import Channel, TransportError  # noqa: E402
 from pytest_san import Access, Status, Switch  # noqa: E402
 
 SIZE = 64 * 1024
@@ -151,52 +151,14 @@ def run_suite(inventory: Path, workdir: Path, timeout: float) -> Suite:
 # --- c. bandwidth: the harness and ib_write_bw -----------------------------------------------------------
 
 
-def ib_write_bw_args(agent: Agent) -> list[str]:
-    device = agent.host.device or str(agent.client.hello.get("device") or "rxe0")
-    gid = agent.host.gid_index if agent.host.gid_index is not None else agent.client.hello.get("gid_index", 1)
-    return ["ib_write_bw", "-d", device, "-x", str(gid), "-s", str(SIZE), "-n", str(ITERATIONS), "-F"]
-
-
-PERFTEST_PORT = 18515  # perftest's default port
-
-
-def listening(agent: Agent, port: int) -> bool:
-    shown = agent.transport.run(["ss", "-Hltn", f"sport = :{port}"], timeout=30)
-    return shown.returncode == 0 and bool(shown.stdout.strip())
-
-
-_UNIT = re.compile(r"BW average\[(MB|Gb)/sec\]")
-
-
-def measure_ib_write_bw(client: Agent, server: Agent, timeout: float = 300.0) -> tuple[float, str]:
+def measure_ib_write_bw(client: Agent, server: Agent) -> tuple[float, str]:
     """(Gb/s, the client's command line) of ib_write_bw at SIZE from ``client`` to ``server``."""
-    argv = ib_write_bw_args(server)
-    try:
-        listener: Channel = server.transport.spawn(argv)
-    except TransportError as exc:
-        raise BandwidthError(f"{server.host.name}: cannot start {' '.join(argv)}: {exc}") from None
-    try:
-        # Its "Waiting for client" line sits in stdio's buffer (stdout is a pipe): watch for its port instead.
-        deadline = time.monotonic() + 60
-        while not listening(server, PERFTEST_PORT):
-            if not listener.alive or time.monotonic() > deadline:
-                raise BandwidthError(f"{server.host.name}: the ib_write_bw server is not listening on "
-                                     f"{PERFTEST_PORT}: {listener.stderr_text(wait=1.0).strip()[-600:]}")
-            time.sleep(0.5)
-        command = [*ib_write_bw_args(client), address_of(server)]
-        result = client.transport.run(command, timeout=timeout)
-    finally:
-        listener.close(grace=5.0)
-    if result.returncode != 0:
-        raise BandwidthError(f"{client.host.name}: {' '.join(command)} exited {result.returncode}: "
-                             f"{(result.stderr or result.stdout).strip()[-600:]}")
-    rows = [p for p in parse_ib_write_bw(result.stdout) if p[0] == SIZE]
-    unit = _UNIT.search(result.stdout)
-    if not rows or unit is None:
-        raise BandwidthError(f"{client.host.name}: no {SIZE}-byte row in ib_write_bw's output: {result.stdout[-600:]}")
-    value = rows[0][1]
-    # perftest: MB/sec is 2^20 bytes per second, Gb/sec 10^9 bits per second (format_factor).
-    return (value * MIB * 8 / 1e9 if unit[1] == "MB" else value), " ".join(command)
+    run = ("-s", str(SIZE), "-n", str(ITERATIONS))
+    rows = [gbps for size, gbps in bandwidth.measure_ib_write_bw(client, server, run, timeout=300.0)
+            if size == SIZE]
+    if not rows:
+        raise BandwidthError(f"{client.host.name}: no {SIZE}-byte row in ib_write_bw's output")
+    return rows[0], " ".join(["ib_write_bw", *bandwidth.perftest_args(client, run), address_of(server)])
 
 
 # --- d. where the harness's time goes --------------------------------------------------------------------

@@ -93,9 +93,13 @@ def parse_ib_write_bw(text: str) -> list[Point]:
 ITERATIONS = 20
 """Iterations per size of ``ib_write_bw -a``: its default 5000 up to 8 MiB takes hours on emulated guests."""
 
+SWEEP = ("-a", "-n", str(ITERATIONS))
+"""What ``ib_write_bw`` measures by default: every size from 2 bytes to 8 MiB."""
 
-def perftest_args(agent: Agent) -> list[str]:
-    args = ["-a", "-n", str(ITERATIONS), "-F", "--report_gbits"]
+
+def perftest_args(agent: Agent, run: Sequence[str] = SWEEP) -> list[str]:
+    """``run`` (sizes and iterations) plus what every run needs: results in Gb/s, ``agent``'s device and GID."""
+    args = [*run, "-F", "--report_gbits"]
     if agent.host.device:
         args += ["-d", agent.host.device]
     if agent.host.gid_index is not None:
@@ -133,10 +137,12 @@ def _json_list(text: str) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def measure_ib_write_bw(client: Agent, server: Agent, timeout: float = 180.0) -> list[Point]:
-    """``ib_write_bw -a`` from ``client``'s host to ``server``'s, each started over its transport."""
+def measure_ib_write_bw(client: Agent, server: Agent, run: Sequence[str] = SWEEP,
+                        timeout: float = 180.0) -> list[Point]:
+    """``ib_write_bw`` (``run``: ``-a`` by default) from ``client``'s host to ``server``'s, each started over
+    its transport."""
     # stdbuf: perftest's stdout is block-buffered into a pipe, so its banner would never arrive.
-    argv = ["stdbuf", "-oL", "ib_write_bw", *perftest_args(server)]
+    argv = ["stdbuf", "-oL", "ib_write_bw", *perftest_args(server, run)]
     try:
         listener: Channel = server.transport.spawn(argv)
     except TransportError as exc:
@@ -146,7 +152,7 @@ def measure_ib_write_bw(client: Agent, server: Agent, timeout: float = 180.0) ->
             listener.readline(60.0)
         except TransportError as exc:
             raise BandwidthError(f"{server.host.name}: ib_write_bw server did not start: {exc}") from None
-        client_argv = ["ib_write_bw", *perftest_args(client), address_of(server)]
+        client_argv = ["ib_write_bw", *perftest_args(client, run), address_of(server)]
         for attempt in range(5):  # the listener may need a moment after its banner under TCG
             result = client.transport.run(client_argv, timeout=timeout)
             if result.returncode == 0 or not listener.alive:
