@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import shlex
@@ -18,6 +19,20 @@ from .inventory import HostConfig
 from .transport import Channel, Transport, TransportError
 
 ROOT = Path(__file__).resolve().parents[1]  # where hil/ and pytest_san/ sit side by side
+
+
+@functools.cache
+def agent_bundle() -> tuple[dict[str, bytes], str]:
+    """The agent's files and their content hash, read once per controller process (every agent of a run
+    is the same code, however often hosts are retried or agents restarted)."""
+    files = dict(agent_files(ROOT))
+    return files, wire.tree_hash(files.items())
+
+
+def push_agent(transport: Transport) -> tuple[str, str]:
+    """Push the agent to ``transport``'s host: (its directory there, its content hash)."""
+    files, content_hash = agent_bundle()
+    return transport.push(files, name="pytest-san-agent"), content_hash
 
 
 class AgentError(RuntimeError):
@@ -45,9 +60,7 @@ class AgentClient:
         self.transport = transport
         self.call_timeout = call_timeout
         self._ids = itertools.count(1)
-        files = dict(agent_files(ROOT))
-        self.content_hash = wire.tree_hash(files.items())
-        directory = transport.push(files, name="pytest-san-agent")
+        directory, self.content_hash = push_agent(transport)
         argv = [host.python_interpreter, f"{directory}/hil/agent/__main__.py", "--engine", host.engine,
                 "--host", host.name, "--hash", self.content_hash,
                 "--options", json.dumps(self._engine_options())]

@@ -6,8 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .agent.server import agent_files
-from .client import ROOT
+from .client import push_agent
 from .inventory import HostConfig
 from .transport import TransportError, open_transport
 
@@ -16,7 +15,7 @@ def prepare_host(host: HostConfig, create_rxe: bool = False, timeout: float = 12
     """Run the host check on ``host``; a host that cannot be reached is a problem, not an exception."""
     try:
         with open_transport(host) as transport:
-            directory = transport.push(dict(agent_files(ROOT)), name="pytest-san-agent")
+            directory, _ = push_agent(transport)
             argv = [host.python_interpreter, f"{directory}/hil/agent/prepare.py"]
             if host.device:
                 argv += ["--device", host.device]
