@@ -39,7 +39,7 @@ from hil.lab.guest import (
     vng_command,
 )
 from hil.lab.hub import MAX_FRAME, Hub
-from hil.lab.inventory import write_inventory
+from hil.lab.inventory import host_configs, write_inventory
 from hil.lab.kernel import fetch_kernel, find_kernel, image_package
 from hil.lab.keys import generate_keys, write_known_hosts
 from hil.lab.lab import down, leftovers, pytest_command, status
@@ -157,6 +157,7 @@ def test_inventory_is_read_by_load_inventory(tmp_path: Path) -> None:
     assert lab2.key_file == keys.client_key and lab2.known_hosts == keys.known_hosts
     assert (lab2.engine, lab2.device, lab2.netdev, lab2.gid_index) == ("verbs", "rxe0", "enp0s4", 1)
     assert lab2.extra["san_lab_address"] == "10.77.0.2"
+    assert host_configs(state, keys) == hosts  # what up uses before the file exists is what the file says
 
 
 # --- state -----------------------------------------------------------------------------------------

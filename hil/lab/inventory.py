@@ -53,6 +53,6 @@ def host_configs(state: LabState, keys: LabKeys) -> list[HostConfig]:
     return [
         HostConfig(name=g.name, host=LAB_HOST, port=g.ssh_port, user="root", key_file=keys.client_key,
                    known_hosts=keys.known_hosts, engine="verbs", device=DEVICE, netdev=g.netdev,
-                   gid_index=GID_INDEX, extra={"san_lab_address": g.lab_address})
+                   gid_index=GID_INDEX, groups=(GROUP,), extra={"san_lab_address": g.lab_address})
         for g in state.guests
     ]
