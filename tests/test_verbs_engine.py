@@ -152,6 +152,14 @@ def wait(child: host.ChildProcess, op: int, timeout: float = WAIT) -> dict[str, 
     return {"status": done["status"], "bytes": done["bytes"]}
 
 
+def write(child: host.ChildProcess, sock: int, address: int, handle: int, desc: bytes, length: int = len(DATA),
+          offset: int = 0, raw: bool = False) -> dict[str, Any]:
+    """RDMA-write ``length`` bytes at ``address`` (registered as ``handle``) into ``desc``: its completion
+    (``raw``: with the ibv_wc_status, as ``wait_raw``)."""
+    op = child.call("rdma_write", socket=sock, buffers=[[address, length, handle]], descriptor=desc, offset=offset)
+    return (wait_raw if raw else wait)(child, op)
+
+
 def wait_raw(child: host.ChildProcess, op: int, timeout: float = WAIT) -> dict[str, Any]:
     """... plus "wc_status", the raw ibv_wc_status (None when the provider refused in software)."""
     return child.op_wait(op, timeout)
@@ -190,7 +198,7 @@ def test_rdma_write_read_send_recv_succeed(spawn: Callable[..., host.ChildProces
     sa, sb = connect(a, b)
     src, h = source(a, sa, DATA)
     target, desc = window(b, sb, len(DATA), C.ACCESS_WRITE)
-    done = wait(a, a.call("rdma_write", socket=sa, buffers=[[src, len(DATA), h]], descriptor=desc, offset=0))
+    done = write(a, sa, src, h, desc)
     assert done == {"status": C.STATUS_SUCCESS, "bytes": len(DATA)}
     assert target.read() == DATA and target.intact()
     # RdmaRead of a READ window into a WRITE handle, gathered in two pieces.
@@ -228,8 +236,7 @@ def test_r1_handle_from_another_process_fails_on_the_nic(spawn: Callable[..., ho
     target, desc = window(b, sb2, len(DATA), C.ACCESS_WRITE)
     mine, _ = c.alloc(len(DATA))
     c.write(mine, b"\x77" * len(DATA))
-    done = wait_raw(c, c.call("rdma_write", socket=sc, buffers=[[mine, len(DATA), handle]], descriptor=desc,
-                              offset=0))
+    done = write(c, sc, mine, handle, desc, raw=True)
     assert done["status"] != C.STATUS_SUCCESS and done["wc_status"] in BAD_LKEY_WC, done  # the NIC: another PD
     assert target.unchanged()
     assert c.call("socket_state", socket=sc) == "error"
@@ -244,7 +251,7 @@ def test_r1_handle_on_another_socket_of_the_same_process_is_refused(spawn: Calla
     sa2, sb2 = connect(a, b)
     src, handle = source(a, sa, DATA)
     target, desc2 = window(b, sb2, len(DATA), C.ACCESS_WRITE)
-    done = wait(a, a.call("rdma_write", socket=sa2, buffers=[[src, len(DATA), handle]], descriptor=desc2, offset=0))
+    done = write(a, sa2, src, handle, desc2)
     assert done["status"] == C.STATUS_LOCAL_PROTECTION
     assert target.unchanged()
     record("R1", f"handle of socket {sa} used on socket {sa2} of the same process: status {done['status']} "
@@ -259,16 +266,16 @@ def test_r2_descriptor_through_another_connection_is_rejected(spawn: Callable[..
     sc, _sb3 = connect(c, b)  # and one from a third process
     target, desc = window(b, sb, len(DATA), C.ACCESS_READWRITE)  # bound to sb's QP
     src, h2 = source(a, sa2, DATA)
-    done = wait(a, a.call("rdma_write", socket=sa2, buffers=[[src, len(DATA), h2]], descriptor=desc, offset=0))
+    done = write(a, sa2, src, h2, desc)
     assert done["status"] == C.STATUS_ACCESS_VIOLATION, done
     assert target.unchanged()
     csrc, hc = source(c, sc, DATA)
-    done_c = wait(c, c.call("rdma_write", socket=sc, buffers=[[csrc, len(DATA), hc]], descriptor=desc, offset=0))
+    done_c = write(c, sc, csrc, hc, desc)
     assert done_c["status"] == C.STATUS_ACCESS_VIOLATION, done_c
     assert target.unchanged()
     # The connected peer, on that connection, may use it.
     src1, h1 = source(a, sa, DATA)
-    done_ok = wait(a, a.call("rdma_write", socket=sa, buffers=[[src1, len(DATA), h1]], descriptor=desc, offset=0))
+    done_ok = write(a, sa, src1, h1, desc)
     assert done_ok == {"status": 0, "bytes": len(DATA)}
     assert target.read() == DATA and target.intact()
     record("R2", f"type-2 window rkey used through another QP of the same processes: status {done['status']}; "
@@ -283,7 +290,7 @@ def test_r3_deregistered_window_and_handle_are_rejected(spawn: Callable[..., hos
     target, desc = window(b, sb, len(DATA), C.ACCESS_WRITE)
     b.call("deregister_rdma_memory", socket=sb, descriptor=desc)
     assert b.call("registrations", socket=sb) == []
-    done = wait(a, a.call("rdma_write", socket=sa, buffers=[[src, len(DATA), h]], descriptor=desc, offset=0))
+    done = write(a, sa, src, h, desc)
     assert done["status"] == C.STATUS_ACCESS_VIOLATION, done
     assert target.unchanged()
     # A deregistered handle: its lkey is gone from the NIC too.
@@ -292,8 +299,7 @@ def test_r3_deregistered_window_and_handle_are_rejected(spawn: Callable[..., hos
     src2, h2 = source(a2, sa2, DATA)
     target2, desc2 = window(b2, sb2, len(DATA), C.ACCESS_WRITE)
     a2.call("deregister_memory", socket=sa2, handle=h2)
-    done2 = wait_raw(a2, a2.call("rdma_write", socket=sa2, buffers=[[src2, len(DATA), h2]], descriptor=desc2,
-                                 offset=0))
+    done2 = write(a2, sa2, src2, h2, desc2, raw=True)
     assert done2["status"] != C.STATUS_SUCCESS and done2["wc_status"] in BAD_LKEY_WC, done2
     assert target2.unchanged()
     record("R3", f"after IBV_WR_LOCAL_INV + dealloc: peer write status {done['status']}; "
@@ -306,7 +312,7 @@ def test_r6_read_only_is_never_written(spawn: Callable[..., host.ChildProcess]) 
     sa, sb = connect(a, b)
     src, h = source(a, sa, DATA)
     target, desc = window(b, sb, len(DATA), C.ACCESS_READ, fill=b"k")
-    done = wait(a, a.call("rdma_write", socket=sa, buffers=[[src, len(DATA), h]], descriptor=desc, offset=0))
+    done = write(a, sa, src, h, desc)
     assert done["status"] == C.STATUS_ACCESS_VIOLATION == 10, done
     assert target.unchanged()
     # Local half: a READ handle is neither a receive buffer nor an RdmaRead sink.
@@ -352,7 +358,7 @@ def test_r7_write_only_is_never_read(spawn: Callable[..., host.ChildProcess]) ->
     sa3, sb3 = connect(a3, b3)
     src3, hw3 = source(a3, sa3, DATA, access=C.ACCESS_WRITE)
     target3, desc3 = window(b3, sb3, len(DATA), C.ACCESS_WRITE)
-    wr = wait(a3, a3.call("rdma_write", socket=sa3, buffers=[[src3, len(DATA), hw3]], descriptor=desc3, offset=0))
+    wr = write(a3, sa3, src3, hw3, desc3)
     assert wr["status"] == C.STATUS_LOCAL_PROTECTION
     assert target3.unchanged()
     record("R7", f"RDMA read from a WRITE window: status {rd['status']}; WRITE handle as send source: "
@@ -367,7 +373,7 @@ def test_r8_bounds_are_enforced_by_the_window(spawn: Callable[..., host.ChildPro
         sa, sb = connect(a, b)
         src, h = source(a, sa, DATA)
         target, desc = window(b, sb, 4096, C.ACCESS_WRITE)
-        done = wait(a, a.call("rdma_write", socket=sa, buffers=[[src, length, h]], descriptor=desc, offset=offset))
+        done = write(a, sa, src, h, desc, length=length, offset=offset)
         assert done["status"] == C.STATUS_ACCESS_VIOLATION, (offset, length, done)
         assert target.unchanged()
         seen.append(f"offset {offset} + {length} into 4096: {done['status']}")
@@ -377,7 +383,7 @@ def test_r8_bounds_are_enforced_by_the_window(spawn: Callable[..., host.ChildPro
     sa, sb = connect(a, b)
     src, h = source(a, sa, DATA)
     target, desc = window(b, sb, 4096, C.ACCESS_WRITE)
-    done = wait(a, a.call("rdma_write", socket=sa, buffers=[[src, 96, h]], descriptor=desc, offset=4000))
+    done = write(a, sa, src, h, desc, length=96, offset=4000)
     assert done == {"status": 0, "bytes": 96}
     assert target.read()[4000:] == DATA[:96] and target.intact()
     record("R8", "; ".join(seen) + "; in bounds (4000 + 96): 0")
@@ -418,7 +424,7 @@ def test_r13_reference_counting(spawn: Callable[..., host.ChildProcess]) -> None
     assert desc2 == desc
     a.call("deregister_memory", socket=sa, handle=h)
     b.call("deregister_rdma_memory", socket=sb, descriptor=desc)
-    done = wait(a, a.call("rdma_write", socket=sa, buffers=[[src, len(DATA), h]], descriptor=desc, offset=0))
+    done = write(a, sa, src, h, desc)
     assert done == {"status": 0, "bytes": len(DATA)}  # one reference each is left: both still work
     a.call("deregister_memory", socket=sa, handle=h)
     b.call("deregister_rdma_memory", socket=sb, descriptor=desc)
@@ -479,7 +485,7 @@ def test_r4_peer_closed_or_killed_is_connection_reset(spawn: Callable[..., host.
     src, h = source(a, sa, DATA)
     target, desc = window(b, sb, len(DATA), C.ACCESS_WRITE)
     b.call("close_socket", socket=sb)
-    done = wait(a, a.call("rdma_write", socket=sa, buffers=[[src, len(DATA), h]], descriptor=desc, offset=0))
+    done = write(a, sa, src, h, desc)
     assert done["status"] == C.STATUS_CONNECTION_RESET, done  # RETRY_EXC_ERR: no QP answers any more
     assert target.unchanged()
     c, d = spawn(), spawn()
@@ -506,10 +512,10 @@ def test_window_bind_and_invalidate_behind_a_waiting_send(spawn: Callable[..., h
     target, desc = window(a, sa, 4096, C.ACCESS_WRITE)  # bind posted behind the waiting send
     took = time.monotonic() - t0
     bsrc, hb = source(b, sb, DATA)
-    done = wait(b, b.call("rdma_write", socket=sb, buffers=[[bsrc, 4096, hb]], descriptor=desc, offset=0))
+    done = write(b, sb, bsrc, hb, desc, length=4096)
     assert done["status"] == 0 and target.read() == DATA[:4096]
     a.call("deregister_rdma_memory", socket=sa, descriptor=desc)  # invalidate, also behind the send
-    again = wait(b, b.call("rdma_write", socket=sb, buffers=[[bsrc, 16, hb]], descriptor=desc, offset=0))
+    again = write(b, sb, bsrc, hb, desc, length=16)
     assert again["status"] == C.STATUS_ACCESS_VIOLATION
     record("BIND", f"bind behind a waiting send took {took:.2f}s, window usable; invalidate behind it: peer write "
                    f"then {again['status']}; send still pending: {not a.call('op_done', op_id=send)}")
@@ -580,7 +586,7 @@ def test_mr_fallback_mode_is_honest(spawn: Callable[..., host.ChildProcess]) -> 
     sa, sb = connect(a, b)
     src, h = source(a, sa, DATA)
     target, desc = window(b, sb, len(DATA), C.ACCESS_READ)
-    done = wait(a, a.call("rdma_write", socket=sa, buffers=[[src, len(DATA), h]], descriptor=desc, offset=0))
+    done = write(a, sa, src, h, desc)
     assert done["status"] == C.STATUS_ACCESS_VIOLATION and target.unchanged()  # R6 still kept by the MR's flags
 
 
