@@ -27,18 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from sshd import SSHD, SshServer, start_sshd  # noqa: E402
+from lab_hosts import host_configs, pytest_env, write_inventory  # noqa: E402
+from sshd import SSHD, start_sshd  # noqa: E402
 
 NAMES = ("scaleA", "scaleB")
-
-
-def write_inventory(path: Path, server: SshServer, remote_tmp: Path) -> Path:
-    hosts = {name: {"ansible_host": server.host, "ansible_port": server.port, "ansible_user": server.user,
-                    "ansible_ssh_private_key_file": str(server.client_key), "san_known_hosts": str(server.known_hosts),
-                    "san_engine": "emulator", "san_loopback": True, "san_remote_tmp": str(remote_tmp)}
-             for name in NAMES}
-    path.write_text(json.dumps({"all": {"children": {"san": {"hosts": hosts}}}}))
-    return path
 
 
 def run_suite(workers: int, inventory: Path, workdir: Path, index: int) -> tuple[float, float, dict[str, object]]:
@@ -47,9 +39,8 @@ def run_suite(workers: int, inventory: Path, workdir: Path, index: int) -> tuple
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers),
             "--pyargs", "pytest_san.scenarios", "--san-backend=hil", f"--san-inventory={inventory}",
             f"--san-report={report}"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
     began = time.perf_counter()
-    result = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, env=env)
+    result = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, env=pytest_env())
     wall = time.perf_counter() - began
     if result.returncode != 0:
         output = result.stdout[-3000:] + result.stderr[-2000:]
@@ -72,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         (workdir / "remote").mkdir()
         server = start_sshd(workdir / "sshd")
         try:
-            inventory = write_inventory(workdir / "lab.json", server, workdir / "remote")
+            inventory = write_inventory(workdir / "lab.json", host_configs(server, workdir / "remote", NAMES))
             run_suite(1, inventory, workdir, -1)  # warm-up: the agent is pushed once, caches are filled
             times: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
             for index in range(args.rounds):
