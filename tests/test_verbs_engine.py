@@ -479,6 +479,41 @@ def test_r14_error_codes(spawn: Callable[..., host.ChildProcess]) -> None:
 
 
 @rdma
+def test_bad_input_is_refused_before_anything_changes(spawn: Callable[..., host.ChildProcess]) -> None:
+    """SPEC section 6 on the device: wrong types, negative lengths and malformed scatter lists are refused at
+    the call; nothing is registered, marked in use or moved, and the connection stays up."""
+    a, b = spawn(), spawn()
+    sa, sb = connect(a, b)
+    src, h = source(a, sa, DATA)
+    target, desc = window(b, sb, 16, C.ACCESS_WRITE)
+    for access in (True, 1.0, "1", None):
+        assert san_error(lambda: a.call("register_memory", socket=sa, address=src, length=16,
+                                        access=access)).code == C.WSAEINVAL  # noqa: B023
+    assert san_error(lambda: a.call("register_memory", socket=sa, address=src, length=-16, access=1)).code \
+        == C.WSAEINVAL
+    assert san_error(lambda: a.call("register_rdma_memory", socket=sa, address=src, length=16, access=1,
+                                    descriptor_size="20")).code == C.WSAEINVAL
+    for option in ("x", None, 1.5):
+        assert san_error(lambda: a.call("getsockopt", socket=sa, option=option)).code == C.WSAEINVAL  # noqa: B023
+    regs = a.call("registrations", socket=sa)
+    # A negative length inside the registered buffer: once it wrote far outside a 16-byte window.
+    for buffers in ([[src + 64, -32, h]], [[src, 16, h], [src, 16]], [[src, 16, h], None], "x",
+                    [[src, 16, True]], [[src, 16.0, h]]):
+        assert san_error(lambda: a.call("rdma_write", socket=sa, buffers=buffers,  # noqa: B023
+                                        descriptor=desc, offset=0)).code == C.WSAEINVAL
+        assert san_error(lambda: a.call("rdma_read", socket=sa, buffers=buffers,  # noqa: B023
+                                        descriptor=desc, offset=0)).code == C.WSAEINVAL
+    assert san_error(lambda: a.call("rdma_write", socket=sa, buffers=[[src, 16, h]], descriptor=desc,
+                                    offset=True)).code == C.WSAEINVAL
+    assert a.call("registrations", socket=sa) == regs and target.unchanged()
+    assert a.call("socket_state", socket=sa) == "connected"
+    a.call("deregister_memory", socket=sa, handle=h)  # never marked in use by a refused call
+    assert a.call("registrations", socket=sa) == []
+    record("SPEC6", "access True/1.0/'1'/None, negative length, descriptor_size '20', getsockopt 'x'/None, "
+                    "malformed scatter lists, offset True -> WSAEINVAL at the call; nothing changed")
+
+
+@rdma
 def test_r4_peer_closed_or_killed_is_connection_reset(spawn: Callable[..., host.ChildProcess]) -> None:
     a, b = spawn(), spawn()
     sa, sb = connect(a, b)
@@ -663,6 +698,42 @@ def test_proxy_pins_and_frees_memory() -> None:
         proxy.free(a)
     assert proxy.live_allocations() == 0 and proxy.leaks() == []
     assert "nolowmem" not in caps and "faults" not in caps
+
+
+def test_proxy_refuses_what_is_not_an_integer() -> None:
+    """True and 1.0 compare equal to 1; a proxy that took them would pin memory for a typo (SPEC section 6)."""
+    proxy = host.PinnedProxy("lab")
+    for bad in (True, 1.0, "4096", None, -1):
+        assert san_error(lambda: proxy.allocate(bad)).code == C.WSAEINVAL  # noqa: B023
+    for args in (("8192", 0, 1 << 40, 0, 1), (8192, 0, 1 << 40, 0, "x"), (8192, 0, 1 << 40, 0, 1.0),
+                 (8192, None, 1 << 40, 0, 1)):
+        assert san_error(lambda: proxy.allocate_contiguous(*args)).code == C.WSAEINVAL  # noqa: B023
+    assert san_error(lambda: proxy.free_contiguous("x", 8192, 1)).code == C.WSAEINVAL
+    zeroed = {"version": 0, "master": True, "scatter_gather": False, "dma32": False, "dma64": True,
+              "maximum_length": 1 << 20, "interface_type": 0}
+    for field, bad in (("maximum_length", "1"), ("version", 1.0), ("master", 1), ("dma64", "yes")):
+        assert san_error(lambda: proxy.get_dma_adapter(dict(zeroed, **{field: bad}))).code \
+            == C.WSAEINVAL  # noqa: B023
+    adapter = proxy.get_dma_adapter(zeroed)
+    assert san_error(lambda: adapter.allocate_common_buffer("4096", True)).code == C.WSAEINVAL
+    assert san_error(lambda: adapter.allocate_common_buffer(4096, "yes")).code == C.WSAEINVAL
+    assert san_error(lambda: adapter.free_common_buffer(4096, None, 0, True)).code == C.WSAEINVAL
+    proxy.put_dma_adapter(adapter)
+    assert proxy.live_allocations() == 0 and proxy.leaks() == []
+
+
+def test_engine_checks_scatter_lists_before_the_child_sees_them() -> None:
+    """A malformed entry after a good one is a TypeError naming it, raised before any request reaches the
+    child (which would mark the good pair's handle in use)."""
+    from hil.agent.verbs.engine import VerbsBuffer, VerbsProcess, VerbsSocket, _pairs
+
+    process = VerbsProcess.__new__(VerbsProcess)  # no child: _pairs must not need one
+    sock = VerbsSocket(process, 1)
+    good = (VerbsBuffer(process, 0x1000, 16), 7)
+    assert _pairs(sock, [good]) == [[0x1000, 16, 7]]
+    for bad in ([good, None], [good, (good[0],)], [good, (None, 7)], "x", [good, {"buffer": 1}]):
+        with pytest.raises(TypeError, match="local_buffers"):
+            _pairs(sock, bad)
 
 
 def test_proxy_contiguous_memory_or_none() -> None:

@@ -73,6 +73,11 @@ CACHE_TYPES = (CACHE_NON_CACHED, CACHE_CACHED, CACHE_WRITE_COMBINED)
 MAX_DESCRIPTION_VERSION = 3
 
 
+def is_int(value: object) -> bool:
+    """An integer as the contract means it: ``True`` and ``1.0`` are not (both compare equal to 1)."""
+    return type(value) is int
+
+
 class SanError(Exception):
     """A refused call: ``code`` is the Winsock error; ``required_size`` is set by the descriptor probe.
 

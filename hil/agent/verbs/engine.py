@@ -100,9 +100,15 @@ class VerbsOperation:
 
 
 def _pairs(sock: VerbsSocket, buffers: list[Any]) -> list[list[int]]:
-    """[(buffer, handle)] as the child wants them: [address, length, handle]."""
+    """[(buffer, handle)] as the child wants them: [address, length, handle]. Every entry is checked
+    before the child sees any, so a malformed list marks nothing in use."""
+    if not isinstance(buffers, (list, tuple)):
+        raise TypeError(f"local_buffers must be a list of (buffer, handle) pairs, got {buffers!r:.80}")
     out = []
-    for buffer, handle in buffers:
+    for i, pair in enumerate(buffers):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], VerbsBuffer):
+            raise TypeError(f"local_buffers[{i}] is not a (buffer, handle) pair: {pair!r:.80}")
+        buffer, handle = pair
         if buffer.process is not sock.process:
             # Another process's address means nothing here; the child would read its own memory.
             raise SanError(WSAEFAULT, f"buffer of pid {buffer.process.pid} used on a socket of pid {sock.process.pid}")
@@ -126,6 +132,8 @@ class VerbsProvider:
         return socket.process.child
 
     def _registration(self, socket: VerbsSocket, buffer: Any) -> None:
+        if not isinstance(buffer, VerbsBuffer):
+            raise TypeError(f"buffer must be a buffer of a process, got {buffer!r:.80}")
         if buffer.process is not socket.process:
             raise SanError(WSAEFAULT, f"{buffer.length} bytes at {buffer.address:#x} are not in the address "
                            f"space of pid {socket.process.pid}")

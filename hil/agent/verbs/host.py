@@ -42,6 +42,7 @@ from .constants import (
     WSAENOBUFS,
     WSAEOPNOTSUPP,
     SanError,
+    is_int,
 )
 from .libc import MAP_HUGETLB, libc, map_anonymous
 
@@ -198,6 +199,8 @@ def raise_error(error: dict[str, Any]) -> None:
         raise TimeoutError(message)
     if kind == "ValueError":
         raise ValueError(message)
+    if kind == "TypeError":
+        raise TypeError(message)
     raise ChildFailure(kind, message)
 
 
@@ -449,6 +452,25 @@ def _field(description: Any, name: str) -> Any:
 
 
 _DESCRIPTION_FIELDS = ("version", "master", "scatter_gather", "dma32", "dma64", "maximum_length", "interface_type")
+_DESCRIPTION_INTS = ("version", "maximum_length", "interface_type")
+_DESCRIPTION_FLAGS = ("master", "scatter_gather", "dma32", "dma64")
+
+
+def _integers(call: str, **values: Any) -> None:
+    """Refuse, before anything changes, a size or address that is not an int (True and 1.0 are not)."""
+    bad = [f"{name} {value!r}" for name, value in values.items() if not is_int(value)]
+    if bad:
+        raise SanError(WSAEINVAL, "{}: not integers: {}".format(call, ", ".join(bad)))
+
+
+def _flag(call: str, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise SanError(WSAEINVAL, f"{call}: {name} must be True or False, got {value!r}")
+
+
+def _cache_type(value: Any) -> None:
+    if not is_int(value) or value not in CACHE_TYPES:
+        raise SanError(WSAEINVAL, f"unknown cache type {value!r}")
 
 
 class HostDmaAdapter:
@@ -473,6 +495,8 @@ class HostDmaAdapter:
     def allocate_common_buffer(self, length: int, cache_enabled: bool) -> tuple[int, int] | None:
         if self.put:
             raise SanError(WSAEINVAL, f"allocate_common_buffer: DMA adapter #{self.id} was already put")
+        _integers("allocate_common_buffer", length=length)
+        _flag("allocate_common_buffer", "cache_enabled", cache_enabled)
         if length <= 0:
             return None
         highest = FOUR_GIB - 1 if self._dma32 else (1 << 64) - 1
@@ -487,6 +511,8 @@ class HostDmaAdapter:
     def free_common_buffer(self, length: int, logical: int, virtual: int, cache_enabled: bool) -> None:
         if self.put:
             raise SanError(WSAEINVAL, f"free_common_buffer: DMA adapter #{self.id} was already put")
+        _integers("free_common_buffer", length=length, logical=logical, virtual=virtual)
+        _flag("free_common_buffer", "cache_enabled", cache_enabled)
         buf = self._buffers.get(logical)
         if buf is None:
             raise SanError(WSAEINVAL, f"free_common_buffer: no common buffer at logical {logical:#x} "
@@ -567,7 +593,7 @@ class PinnedProxy:
     # -- P2 -------------------------------------------------------------------------------------
 
     def allocate(self, nbytes: int) -> HostAllocation:
-        if not isinstance(nbytes, int) or nbytes <= 0:
+        if not is_int(nbytes) or nbytes <= 0:
             raise SanError(WSAEINVAL, f"proxy of {self.name}: cannot allocate {nbytes!r} bytes")
         size = -(-nbytes // PAGE_SIZE) * PAGE_SIZE
         address = map_anonymous(size)
@@ -585,7 +611,7 @@ class PinnedProxy:
 
     def free(self, allocation: Any) -> None:
         aid = getattr(allocation, "id", allocation)
-        mine = self._allocations.get(aid) if isinstance(aid, int) else None
+        mine = self._allocations.get(aid) if is_int(aid) else None
         if mine is None or (isinstance(allocation, HostAllocation) and mine is not allocation):
             raise SanError(WSAEINVAL, f"free: {allocation!r} is not a live allocation of the proxy of "
                                       f"{self.name} (double free?)")
@@ -630,8 +656,8 @@ class PinnedProxy:
 
     def allocate_contiguous(self, nbytes: int, lowest: int, highest: int, boundary: int,
                             cache_type: int) -> int | None:
-        if int(cache_type) not in CACHE_TYPES:
-            raise SanError(WSAEINVAL, f"unknown cache type {cache_type!r}")
+        _integers("allocate_contiguous", nbytes=nbytes, lowest=lowest, highest=highest, boundary=boundary)
+        _cache_type(cache_type)
         if nbytes <= 0 or lowest < 0 or highest < 0 or boundary < 0:
             raise SanError(WSAEINVAL, f"allocate_contiguous({nbytes!r}, {lowest!r}, {highest!r}, {boundary!r}): "
                                       "the size must be positive, addresses and boundary not negative")
@@ -643,6 +669,8 @@ class PinnedProxy:
         return base
 
     def free_contiguous(self, base: int, nbytes: int, cache_type: int) -> None:
+        _integers("free_contiguous", base=base, nbytes=nbytes)
+        _cache_type(cache_type)
         entry = self._contiguous.get(base)
         if entry is None:
             raise SanError(WSAEINVAL, f"free_contiguous: no contiguous block of {self.name} starts at {base:#x}")
@@ -665,7 +693,11 @@ class PinnedProxy:
             raise SanError(WSAEINVAL, "get_dma_adapter: DEVICE_DESCRIPTION was not zero-initialised; "
                            "uninitialised fields: {}".format(", ".join(missing)))
         values = {n: _field(description, n) for n in _DESCRIPTION_FIELDS}
-        problems = []
+        problems = [f"{n} must be an integer, got {values[n]!r}" for n in _DESCRIPTION_INTS if not is_int(values[n])]
+        problems += [f"{n} must be True or False, got {values[n]!r}" for n in _DESCRIPTION_FLAGS
+                     if not isinstance(values[n], bool)]
+        if problems:
+            raise SanError(WSAEINVAL, "get_dma_adapter: {}".format("; ".join(problems)))
         if values["master"] is not True:
             problems.append("master must be True (a SAN NIC is a bus master)")
         if not values["maximum_length"] > 0:

@@ -71,6 +71,7 @@ from .constants import (
     WSAENOTSOCK,
     WSAEOPNOTSUPP,
     SanError,
+    is_int,
     status_from_wc,
 )
 from .libc import PROT_NONE, libc, map_anonymous
@@ -254,7 +255,7 @@ class VerbsProcess:
     # -- buffers --------------------------------------------------------------------------------
 
     def alloc(self, nbytes: int) -> dict[str, int]:
-        if not isinstance(nbytes, int) or nbytes <= 0:
+        if not is_int(nbytes) or nbytes <= 0:
             raise ValueError(f"alloc needs a positive size, got {nbytes!r}")
         usable = -(-nbytes // PAGE_SIZE) * PAGE_SIZE
         size = usable + PAGE_SIZE  # + a guard page
@@ -283,7 +284,7 @@ class VerbsProcess:
 
     def _mapping_of(self, address: int, length: int) -> Mapping | None:
         """The buffer wholly holding [address, address+length), or None."""
-        if not isinstance(address, int) or not isinstance(length, int) or length <= 0 or address < 0:
+        if not is_int(address) or not is_int(length) or length <= 0 or address < 0:
             return None
         i = bisect.bisect_right(self._bases, address) - 1
         if i < 0:
@@ -294,7 +295,7 @@ class VerbsProcess:
         return mapping
 
     def read(self, address: int, length: int) -> bytes:
-        if length == 0:
+        if length == 0 and is_int(length):
             return b""
         if self._mapping_of(address, length) is None:
             raise SanError(WSAEFAULT, f"{length} bytes at {address:#x} are not inside a buffer of pid {self.pid}")
@@ -402,7 +403,7 @@ class VerbsProcess:
             self._drain(sock, 10.0)
 
     def _socket(self, socket: Any) -> Socket:
-        sock = self._sockets.get(socket) if isinstance(socket, int) else None
+        sock = self._sockets.get(socket) if is_int(socket) else None
         if sock is None:
             raise SanError(WSAENOTSOCK, f"{socket!r} is not an open socket of pid {self.pid}")
         return sock
@@ -432,8 +433,11 @@ class VerbsProcess:
     # -- registration ---------------------------------------------------------------------------
 
     def _check_register(self, sock: Socket, address: int, length: int, access: int) -> None:
-        if access not in VALID_ACCESS or isinstance(access, bool):
+        if not is_int(access) or access not in VALID_ACCESS:
             raise SanError(WSAEINVAL, f"access flags {access!r} are not READ, WRITE or READWRITE")
+        if not is_int(address) or not is_int(length) or length < 0:
+            raise SanError(WSAEINVAL, f"a buffer's address and length are integers, the length not negative: "
+                           f"got {address!r}, {length!r}")
         self._refresh(sock)
         if sock.state != "connected":
             raise SanError(WSAENOTCONN, f"socket {sock.id} is {sock.state}, not connected")
@@ -461,7 +465,7 @@ class VerbsProcess:
 
     def deregister_memory(self, socket: int, handle: int) -> None:
         sock = self._socket(socket)
-        reg = sock.handles.get(handle) if isinstance(handle, int) else None
+        reg = sock.handles.get(handle) if is_int(handle) else None
         if reg is None:
             raise SanError(WSAEINVAL, f"handle {handle!r} is not registered on socket {sock.id}")
         self._release(sock, reg)
@@ -469,6 +473,8 @@ class VerbsProcess:
     def register_rdma_memory(self, socket: int, address: int, length: int, access: int,
                              descriptor_size: int | None = None) -> bytes:
         sock = self._socket(socket)
+        if descriptor_size is not None and not is_int(descriptor_size):
+            raise SanError(WSAEINVAL, f"descriptor_size is an integer or None, got {descriptor_size!r}")
         if descriptor_size is not None and descriptor_size < DESCRIPTOR_SIZE:
             raise SanError(WSAEFAULT, f"a descriptor needs {DESCRIPTOR_SIZE} bytes, {descriptor_size} offered",
                            required_size=DESCRIPTOR_SIZE)
@@ -596,7 +602,7 @@ class VerbsProcess:
             return min(MAX_RDMA_SIZE, self.max_msg_sz) if self.max_msg_sz else MAX_RDMA_SIZE
         if option == SO_RDMA_THRESHOLD_SIZE:
             return RDMA_THRESHOLD
-        raise SanError(WSAEINVAL, f"unknown socket option {option:#x}")
+        raise SanError(WSAEINVAL, f"unknown socket option {option!r}")
 
     @staticmethod
     def supports_rdma_read() -> bool:
@@ -606,14 +612,18 @@ class VerbsProcess:
 
     def _post_checks(self, socket: int, buffers: Sequence[Sequence[int]], kind: str) -> Socket:
         sock = self._connected(socket)
+        if not isinstance(buffers, (list, tuple)):
+            raise SanError(WSAEINVAL, f"the buffers are a list of [address, length, handle], got {buffers!r:.80}")
         if len(buffers) > self.max_sge:
             raise SanError(WSAEINVAL, f"{len(buffers)} buffers, at most {self.max_sge}")
         queued = len(sock.recv_ops) if kind == "recv" else self._send_queue_used(sock)
         if queued >= QUEUE_DEPTH:
             raise SanError(WSAENETDOWN, f"{kind} queue of socket {sock.id} is full ({QUEUE_DEPTH})")
         for item in buffers:
-            if len(item) != 3 or not all(isinstance(x, int) for x in item):
-                raise SanError(WSAEINVAL, f"a buffer is [address, length, handle], got {item!r}")
+            if not isinstance(item, (list, tuple)) or len(item) != 3 or not all(is_int(x) for x in item):
+                raise SanError(WSAEINVAL, f"a buffer is [address, length, handle], got {item!r:.80}")
+            if item[1] < 0:
+                raise SanError(WSAEINVAL, f"a buffer of negative length {item[1]} at {item[0]:#x}")
         return sock
 
     def _send_queue_used(self, sock: Socket) -> int:
@@ -638,9 +648,12 @@ class VerbsProcess:
         for address, length, handle in buffers:
             reg = sock.handles.get(handle)
             if reg is None:
-                if self._known_elsewhere(sock, handle) or not 0 <= handle <= 0xFFFFFFFF:
-                    return None  # an lkey of this PD registered on another socket: the NIC would take it
-                sges.append(SGE(address & U64, length & 0xFFFFFFFF, handle))
+                # An lkey of this PD registered on another socket would pass the NIC; a zero-length or
+                # over-long SGE might not be checked against its lkey at all: refused here.
+                if (self._known_elsewhere(sock, handle) or not 0 <= handle <= 0xFFFFFFFF
+                        or not 0 < length <= 0xFFFFFFFF):
+                    return None
+                sges.append(SGE(address & U64, length, handle))
                 total += length
                 continue
             if (not reg.access & need or address < reg.address or length < 0
@@ -656,6 +669,9 @@ class VerbsProcess:
         return sges
 
     def _known_elsewhere(self, sock: Socket, handle: int) -> bool:
+        """An lkey of this PD that is not the socket's own: the NIC would take it, so the provider refuses."""
+        if self._null_mr is not None and handle == self._null_mr.lkey:
+            return True
         return any(handle in other.handles for other in self._sockets.values() if other is not sock)
 
     def _null_address(self) -> int:
@@ -718,7 +734,7 @@ class VerbsProcess:
         sock = self._post_checks(socket, buffers, kind)
         if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
             raise SanError(WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
-        if not isinstance(offset, int):
+        if not is_int(offset):
             raise SanError(WSAEINVAL, f"offset {offset!r} is not an integer")
         address, _length, rkey = DESCRIPTOR.unpack(bytes(descriptor))
         op = self._new_op(sock, kind)
@@ -845,7 +861,7 @@ class VerbsProcess:
         op.sock.recv_ops.discard(op.id)
 
     def _op(self, op_id: int) -> Operation:
-        op = self._ops.get(op_id) if isinstance(op_id, int) else None
+        op = self._ops.get(op_id) if is_int(op_id) else None
         if op is None:
             raise SanError(WSAEINVAL, f"no operation {op_id!r} in pid {self.pid}")
         return op
