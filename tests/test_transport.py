@@ -22,6 +22,7 @@ from sshd import SshServer, descendants, free_port, is_running, parent_pid, wait
 
 from hil.inventory import HostConfig
 from hil.transport import (
+    Channel,
     COMPLETE_MARKER,
     LocalTransport,
     SshTransport,
@@ -351,3 +352,51 @@ def test_proxy_jump_failures_name_the_hop(sshd: SshServer, tmp_path: Path) -> No
         f"lab1 (127.0.0.1:{closed}): jump host jump1 (127.0.0.1:{sshd.port}):"
         f" could not open a connection to 127.0.0.1:{closed}"
     )
+
+
+# --- Channel.readline: linear in the line's length --------------------------------------------------
+
+
+class _Counting(bytearray):
+    """A channel buffer that counts the bytes its searches for a newline look at."""
+
+    scanned = 0
+
+    def find(self, sub: object, start: object = 0, *rest: object) -> int:  # type: ignore[override]
+        assert isinstance(start, int)
+        _Counting.scanned += len(self) - start
+        return super().find(sub, start, *rest)  # type: ignore[call-overload, no-any-return]
+
+
+class _Fed(Channel):
+    """A channel whose stdout is a list of chunks (no process)."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        feed = iter(chunks)
+        super().__init__("fed", "fed", lambda: next(feed, b""), lambda: b"")
+        self._buffer = _Counting()
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def close(self, grace: float = 0.0) -> None:
+        self._closed = True
+
+    @property
+    def alive(self) -> bool:
+        return False
+
+    def _exit_status(self, wait: float) -> int | None:
+        return 0
+
+
+@pytest.mark.parametrize("mib", [1, 8])
+def test_readline_looks_at_each_byte_of_a_long_line_once(mib: int) -> None:
+    size, chunk = mib << 20, 4096  # as a pipe delivers it: many small chunks
+    line = b"x" * (size - 1) + b"\n"
+    channel = _Fed([line[i:i + chunk] for i in range(0, size, chunk)] + [b"next\n"])
+    _Counting.scanned = 0
+    assert channel.readline(timeout=60) == line
+    assert channel.readline(timeout=10) == b"next\n"
+    # Rescanning the buffer after every chunk looked at size**2 / (2 * chunk) bytes: 128 GiB for 8 MiB.
+    assert _Counting.scanned <= size + len(b"next\n")

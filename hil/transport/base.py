@@ -84,6 +84,7 @@ class Channel(ABC):
         self.command = command
         self._chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         self._buffer = bytearray()
+        self._scanned = 0  # the first bytes of _buffer known to hold no newline: each byte is searched once
         self._eof = False
         self._stderr = bytearray()
         self._stderr_lock = threading.Lock()
@@ -97,11 +98,13 @@ class Channel(ABC):
         """The next line of stdout, newline included; TransportError on EOF or after ``timeout`` s."""
         deadline = time.monotonic() + timeout
         while True:
-            end = self._buffer.find(b"\n")
+            end = self._buffer.find(b"\n", self._scanned)
             if end >= 0:
                 line = bytes(self._buffer[: end + 1])
                 del self._buffer[: end + 1]
+                self._scanned = 0
                 return line
+            self._scanned = len(self._buffer)  # only what the next chunk adds remains to be searched
             if self._eof:
                 raise self._ended()
             self._pull(deadline, f"sent no complete line within {timeout:g} s")
@@ -113,6 +116,7 @@ class Channel(ABC):
             self._pull(deadline, f"did not finish within {timeout:g} s")
         data = bytes(self._buffer)
         self._buffer.clear()
+        self._scanned = 0
         return data
 
     def _pull(self, deadline: float, late: str) -> None:
