@@ -22,8 +22,8 @@ from sshd import SshServer, descendants, free_port, is_running, parent_pid, wait
 
 from hil.inventory import HostConfig
 from hil.transport import (
-    Channel,
     COMPLETE_MARKER,
+    Channel,
     LocalTransport,
     SshTransport,
     Transport,
@@ -362,10 +362,9 @@ class _Counting(bytearray):
 
     scanned = 0
 
-    def find(self, sub: object, start: object = 0, *rest: object) -> int:  # type: ignore[override]
-        assert isinstance(start, int)
+    def find(self, sub: bytes, start: int = 0) -> int:  # type: ignore[override]
         _Counting.scanned += len(self) - start
-        return super().find(sub, start, *rest)  # type: ignore[call-overload, no-any-return]
+        return super().find(sub, start)
 
 
 class _Fed(Channel):
