@@ -27,6 +27,7 @@ __all__ = [
     "HostBusy",
     "LeaseLog",
     "LeasePolicy",
+    "LeaseRefused",
     "LeaseRequest",
     "LeaseTimeout",
     "Leaser",
@@ -62,6 +63,8 @@ class LeaseRequest:
 
 def describe_holder(holder: Mapping[str, Any]) -> str:
     """'worker gw1 of run 3f2a... on ctl (pid 4242) since 2026-...' from a lease file's record."""
+    if holder.get("refused"):
+        return f"no one: the agent refused its lease file ({holder['refused']})"
     if not holder:
         return "an unknown holder (the lease file has no record)"
     worker = holder.get("worker") or "?"
@@ -79,6 +82,19 @@ def waiting_message(host: str, holder: Mapping[str, Any]) -> str:
 
 class LeaseTimeout(AgentError):
     """No free hosts within the lease timeout; the message names every holder."""
+
+
+class LeaseRefused(AgentError):
+    """The agent found its host's lease file unsafe (a FIFO, another user's file, a hard link...).
+
+    Waiting would not help: the message names the host and the file, and says what is wrong with it.
+    """
+
+
+def _check_refused(host: HostConfig, busy: HostBusy) -> None:
+    refused = busy.holder.get("refused")
+    if refused:
+        raise LeaseRefused(f"san: cannot lease host {host.name} ({host.host}:{host.port}): {refused}") from None
 
 
 def self_sufficient(host: HostConfig) -> bool:
@@ -202,6 +218,7 @@ class Leaser(Generic[A]):
                     try:
                         got.append(self._start(host))
                     except HostBusy as exc:
+                        _check_refused(host, exc)
                         busy[host.name] = exc.holder
             except BaseException:
                 for agent in got:
@@ -224,6 +241,7 @@ class Leaser(Generic[A]):
                 start()
                 return
             except HostBusy as exc:
+                _check_refused(host, exc)
                 if self._clock() >= deadline:
                     raise self._timeout(1, [host], {host.name: exc.holder}) from None
                 self._announce({host.name: exc.holder})

@@ -6,9 +6,11 @@ import dataclasses
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from hil.leases import (
     DEFAULT_LEASE_TIMEOUT,
     LeasePolicy,
     Leaser,
+    LeaseRefused,
     LeaseRequest,
     LeaseTimeout,
     describe_holder,
@@ -83,6 +86,132 @@ def test_lock_file_names() -> None:
     assert lease.lock_path("/tmp", "lab1") == "/tmp/pytest-san-lease-lab1.lock"
     odd = lease.lock_path("/tmp", "../x y")
     assert "/" not in odd.removeprefix("/tmp/") and odd != lease.lock_path("/tmp", "__x_y")
+
+
+# --- the agent's side: a lease file that is not what it should be ---------------------------------------
+
+
+def _planted(directory: Path, host: str = "lab1") -> Path:
+    return Path(lease.lock_path(str(directory), host))
+
+
+def _refusal(record: dict[str, Any], path: Path, problem: str) -> str:
+    message = str(record.get("refused"))
+    assert message.startswith(f"lease file {path} ") and problem in message, record
+    assert record["path"] == str(path)
+    return message
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory another user can reach (tmp_path's parents are private to us)."""
+    directory = Path(tempfile.mkdtemp(prefix="san-lease-"))
+    directory.chmod(0o1777)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _take_as_another_user(directory: Path) -> tuple[int, str, str]:
+    """lease.take in a child process, as uid 65534 when we are root (else as us); (status, stdout, stderr).
+
+    The agent's interpreter on a lab host is the system python3; as root ours may sit in a private home.
+    """
+    python = sys.executable
+    if os.geteuid() == 0:
+        python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or pytest.skip("no system python3")
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from hil.agent import lease; "
+            "held, record = lease.take(sys.argv[2], 'lab1', {}); print(json.dumps([held is not None, record]))")
+    user = 65534 if os.geteuid() == 0 else None
+    try:
+        done = subprocess.run([python, "-c", code, str(ROOT), str(directory)], capture_output=True,
+                              text=True, timeout=20, user=user, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    except subprocess.TimeoutExpired:
+        pytest.fail("lease.take hung on the planted lease file")
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_planted_fifo_is_refused_without_hanging(shared_dir: Path) -> None:
+    path = _planted(shared_dir)
+    os.mkfifo(path)
+    path.chmod(0o644 if os.geteuid() == 0 else 0o400)  # the agent cannot open it read-write
+    status, out, err = _take_as_another_user(shared_dir)
+    assert status == 0 and "Traceback" not in err, err
+    held, record = json.loads(out)
+    assert not held
+    _refusal(record, path, "is a FIFO, not a regular file; remove it")
+
+
+def test_a_fifo_is_refused_for_an_agent_that_may_write_it(tmp_path: Path) -> None:
+    path = _planted(tmp_path)
+    os.mkfifo(path, 0o666)
+    held, record = lease.take(str(tmp_path), "lab1", {})
+    assert held is None
+    _refusal(record, path, "is a FIFO")
+
+
+def test_a_hard_link_to_another_file_is_refused_and_that_file_kept(tmp_path: Path) -> None:
+    victim = tmp_path / "precious"
+    victim.write_text("precious contents\n")
+    path = _planted(tmp_path)
+    os.link(victim, path)  # where fs.protected_hardlinks=0, anyone can do this to a file of root's
+    held, record = lease.take(str(tmp_path), "lab1", {"worker": "gw0"})
+    assert held is None
+    _refusal(record, path, "has 2 hard links")
+    assert victim.read_text() == "precious contents\n"
+
+
+def test_a_symlink_is_refused(tmp_path: Path) -> None:
+    victim = tmp_path / "precious"
+    victim.write_text("x")
+    path = _planted(tmp_path)
+    path.symlink_to(victim)
+    held, record = lease.take(str(tmp_path), "lab1", {})
+    assert held is None
+    _refusal(record, path, "is a symbolic link")
+    assert victim.read_text() == "x"
+
+
+def test_another_users_lease_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _planted(tmp_path)
+    path.write_text("their text\n")
+    if os.geteuid() == 0:
+        os.chown(path, 4242, 4242)  # a root agent could write it: it must not
+        owner = 4242
+    else:
+        owner = os.geteuid()
+        monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    held, record = lease.take(str(tmp_path), "lab1", {})
+    assert held is None
+    _refusal(record, path, f"is owned by uid {owner}, not by the agent's uid ")
+    assert path.read_text() == "their text\n"
+
+
+def test_an_unreadable_lease_file_is_a_clear_refusal(shared_dir: Path) -> None:
+    path = _planted(shared_dir)
+    path.write_text("")
+    path.chmod(0o600 if os.geteuid() == 0 else 0)  # root's own 0600 file; else ours without permissions
+    status, out, err = _take_as_another_user(shared_dir)
+    assert status == 0 and "Traceback" not in err, err
+    held, record = json.loads(out)
+    assert not held
+    _refusal(record, path, "cannot be opened: permission denied")
+
+
+def test_a_refused_lease_reaches_the_controller_naming_host_and_file(tmp_path: Path) -> None:
+    host = HostConfig(name="lab1", host="localhost", connection="local", engine="emulator",
+                      python_interpreter=sys.executable, extra={"san_remote_tmp": str(tmp_path)})
+    path = _planted(tmp_path)
+    os.mkfifo(path, 0o666)
+    began = time.monotonic()
+    with pytest.raises(LeaseRefused) as err:
+        HilBackend([host], leases=_policy("gw0", timeout=30))
+    assert time.monotonic() - began < 20  # at once: waiting would not help
+    message = str(err.value)
+    assert message.startswith("san: cannot lease host lab1 (localhost:22): ")
+    assert f"lease file {path} is a FIFO, not a regular file; remove it" in message
+    assert "Traceback" not in message
+    path.unlink()
+    HilBackend([host], leases=_policy("gw0")).close()  # fine once the FIFO is gone
 
 
 # --- the controller's side -------------------------------------------------------------------------------

@@ -7,6 +7,11 @@ there is no stale lock to clean by hand. The holder (controller, pid, worker, ru
 into the file for whoever finds the host busy; the lock, not the text, is what counts.
 
 The descriptor is close-on-exec and the agent never forks without exec, so no child keeps the lock.
+
+The file sits in a directory others can write (``/tmp``), so it is opened without following a symlink
+and without blocking, and checked on the open descriptor before anything is written: a FIFO, a file of
+another user or one with a second hard link (which would make a root agent overwrite another file) is
+refused with a message naming the file, and the agent reports that in its hello instead of serving.
 """
 
 from __future__ import annotations
@@ -53,29 +58,83 @@ class Lease:
             self.fd = -1
 
 
+class LeaseRefused(Exception):
+    """The lease file cannot be used safely; the message names the file and the problem."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"lease file {path} {problem}")
+        self.path = path
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link"))
+_REMOVE = "; remove it (or give this host a san_remote_tmp of its own)"
+
+
+def _check(fd: int, path: str) -> bool:
+    """Whether the open file is safe to lock and rewrite (False: it was unlinked under us, open it again)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise LeaseRefused(path, f"is {kind}, not a regular file{_REMOVE}")
+    if st.st_uid != os.geteuid():
+        raise LeaseRefused(path, f"is owned by uid {st.st_uid}, not by the agent's uid {os.geteuid()}: "
+                                 f"someone else may have planted it{_REMOVE}")
+    if st.st_nlink == 0:
+        return False
+    if st.st_nlink != 1:
+        raise LeaseRefused(path, f"has {st.st_nlink} hard links: another name of the same file would be "
+                                 f"overwritten{_REMOVE}")
+    return True
+
+
+def _open_once(path: str, base: int) -> tuple[int, bool] | None:
+    """(descriptor, writable), or None if the file appeared or vanished between two opens."""
+    try:
+        return os.open(path, base | os.O_RDWR), True
+    except FileNotFoundError:
+        try:
+            fd = os.open(path, base | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            return None  # someone created it between our two opens
+        os.fchmod(fd, 0o666)  # every user of the host shares the lease (umask aside)
+        return fd, True
+    except PermissionError:
+        # Our own file without write permission: flock works read-only.
+        return os.open(path, base | os.O_RDONLY), False
+
+
 def _open(path: str) -> tuple[int, bool]:
-    """(descriptor, writable). Never follows a symlink; creates the file shared (0666) if missing."""
-    base = os.O_NOFOLLOW | os.O_CLOEXEC
+    """(descriptor, writable) of a regular file of our own with one link; LeaseRefused otherwise.
+
+    Never follows a symlink and never blocks (a FIFO planted there would); creates the file shared (0666)
+    if missing. Everything is checked on the open descriptor before a byte is written.
+    """
+    base = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     for _ in range(10):
         try:
-            fd = os.open(path, base | os.O_RDWR)
-            writable = True
-        except FileNotFoundError:
-            try:
-                fd = os.open(path, base | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
-            except FileExistsError:
-                continue  # someone created it between our two opens
-            os.fchmod(fd, 0o666)  # every user of the host shares the lease (umask aside)
-            writable = True
+            opened = _open_once(path, base)
         except PermissionError:
-            # Another user's file (and fs.protected_regular forbids O_CREAT on it): flock works read-only.
-            fd = os.open(path, base | os.O_RDONLY)
-            writable = False
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            if not os.path.lexists(path):
+                raise LeaseRefused(path, f"cannot be created: permission denied in its directory (the agent "
+                                         f"runs as uid {os.geteuid()})") from None
+            raise LeaseRefused(path, f"cannot be opened: permission denied (the agent runs as uid "
+                                     f"{os.geteuid()}){_REMOVE}") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LeaseRefused(path, f"is a symbolic link{_REMOVE}") from None
+            raise LeaseRefused(path, f"cannot be opened: {exc.strerror or exc}") from None
+        if opened is None:
+            continue
+        fd, writable = opened
+        try:
+            if _check(fd, path):
+                return fd, writable
+        except BaseException:
             os.close(fd)
-            raise OSError(errno.EINVAL, f"lease file {path} is not a regular file: remove it")
-        return fd, writable
-    raise OSError(errno.EAGAIN, f"lease file {path} keeps appearing and disappearing")
+            raise
+        os.close(fd)
+    raise LeaseRefused(path, "keeps appearing and disappearing")
 
 
 def read_holder(fd: int) -> dict[str, Any]:
@@ -93,16 +152,27 @@ def read_holder(fd: int) -> dict[str, Any]:
     return {}
 
 
+def _refused(exc: LeaseRefused) -> dict[str, Any]:
+    return {"refused": str(exc), "path": exc.path, "agent_host": os.uname().nodename}
+
+
 def take(directory: str, host: str, holder: dict[str, Any]) -> tuple[Lease | None, dict[str, Any]]:
-    """Lease ``host``: (the lease, its record) if it was free, else (None, the current holder's record)."""
+    """Lease ``host``: (the lease, its record) if it was free, else (None, the current holder's record).
+
+    A lease file that is unsafe to use gives (None, ``{"refused": message, "path": path}``): the agent
+    says so in its hello like a busy host, and the controller fails at once naming the host and file.
+    """
     path = lock_path(directory, host)
-    fd, writable = _open(path)
+    try:
+        fd, writable = _open(path)
+    except LeaseRefused as exc:
+        return None, _refused(exc)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             os.close(fd)
-            raise
+            return None, _refused(LeaseRefused(path, f"cannot be locked: {exc.strerror or exc}"))
         current = read_holder(fd)
         os.close(fd)
         return None, current
