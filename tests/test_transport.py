@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from hil.transport import (
     COMPLETE_MARKER,
     Channel,
     LocalTransport,
+    SshChannel,
     SshTransport,
     Transport,
     TransportError,
@@ -399,3 +401,67 @@ def test_readline_looks_at_each_byte_of_a_long_line_once(mib: int) -> None:
     assert channel.readline(timeout=10) == b"next\n"
     # Rescanning the buffer after every chunk looked at size**2 / (2 * chunk) bytes: 128 GiB for 8 MiB.
     assert _Counting.scanned <= size + len(b"next\n")
+
+
+# --- SSH: a login shell that prints before the command starts ---------------------------------------
+
+
+@pytest.fixture
+def decoy() -> Iterator[subprocess.Popen[bytes]]:
+    """A process of its own group, whose pid a noisy login prints: it must never be signalled."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def noisy_login(sshd: SshServer, tmp_path: Path, decoy: subprocess.Popen[bytes]) -> Iterator[HostConfig]:
+    """A host whose login prints numbers and a banner before running the command (sshd's ``command=``
+    option in authorized_keys, as a forced command or a chatty .bashrc would): first the decoy's pid,
+    the way `echo $$` once reported the command's own."""
+    key = tmp_path / "noisy_key"
+    public = write_keypair(key, "noisy-login")
+    login = (f"printf '%s\\n' {decoy.pid} 'Welcome to lab1' '  42  ' 'pytest-san-agent-pid 0 7'; "
+             "printf 'last login: no newline '; eval \\\"$SSH_ORIGINAL_COMMAND\\\"")
+    keys = sshd.directory / "authorized_keys"
+    original = keys.read_text()
+    keys.write_text(f'{original}command="{login}" {public}\n')
+    try:
+        yield sshd.host_config(name="noisy", key_file=key, extra={"san_remote_tmp": str(tmp_path)})
+    finally:
+        keys.write_text(original)
+
+
+def test_login_noise_is_not_taken_for_the_pid(noisy_login: HostConfig, decoy: subprocess.Popen[bytes]) -> None:
+    with open_transport(noisy_login, ssh_config=None) as t:
+        channel = t.spawn(["sleep", "30"])  # ignores stdin: closing it must signal it
+        assert isinstance(channel, SshChannel)
+        pid = channel.pid
+        assert pid is not None and pid != decoy.pid
+        assert wait_until(lambda: cmdline(pid).startswith("sleep 30"), timeout=5)  # the shell has exec'd it
+        assert b"Welcome to lab1" in channel.login_noise
+        channel.close(grace=0.2)
+        assert wait_until(lambda: not is_running(pid), timeout=5)
+        result = t.run(["echo", "out"], timeout=10)
+        assert (result.returncode, result.stdout) == (0, "out\n")  # the noise is not the command's output
+        echo = t.spawn(ECHO)
+        echo.write(b"hi\n")
+        assert echo.readline(timeout=10) == b"echo hi\n"
+    assert decoy.poll() is None, "closing a channel signalled the number the login shell printed"
+
+
+def test_a_login_that_never_runs_the_command_names_host_and_noise(sshd: SshServer, tmp_path: Path) -> None:
+    # (Not "echo 1": before the marker, a channel took 1 for its pid, and closing it could signal -1.)
+    key = tmp_path / "motd_key"
+    public = write_keypair(key, "motd-only")
+    keys = sshd.directory / "authorized_keys"
+    original = keys.read_text()
+    keys.write_text(f'{original}command="echo 99999999; echo This account is closed" {public}\n')
+    try:
+        with open_transport(sshd.host_config(name="closed", key_file=key), ssh_config=None) as t:
+            message = fails(t.spawn, ["sleep", "30"])
+    finally:
+        keys.write_text(original)
+    assert message.startswith(f"{t.label}: `sleep 30` closed its output (exit status 0)")
+    assert message.endswith("the login shell printed first: b'99999999\\nThis account is closed\\n'")

@@ -9,6 +9,8 @@ EOF on stdin (the agent exits on it) instead of being left behind on the host.
 from __future__ import annotations
 
 import getpass
+import re
+import secrets
 import shlex
 import socket
 import stat
@@ -43,13 +45,24 @@ from hil.transport.base import (
     describe,
 )
 
-__all__ = ["DEFAULT_KNOWN_HOSTS", "DEFAULT_SSH_CONFIG", "SshChannel", "SshTransport"]
+__all__ = ["DEFAULT_KNOWN_HOSTS", "DEFAULT_SSH_CONFIG", "PID_MARKER", "SshChannel", "SshTransport"]
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 _DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")  # what ssh tries when nothing names a key
 _MAX_JUMPS = 8
 _NET_ERRORS = (OSError, SSHException, EOFError)  # what a dying connection raises from paramiko calls
+
+
+PID_MARKER = "pytest-san-agent-pid"  # then a per-spawn nonce and the command's pid: `echo $$` before `exec`
+MARKER_TIMEOUT = 10.0  # the least time a command's login gets to print the marker
+_MAX_NOISE_LINES = 1000  # what a login shell may print before the marker (motd-like output, .bashrc)
+_MAX_NOISE_BYTES = 1 << 20
+
+
+def _shown(noise: bytes | bytearray) -> str:
+    """The login shell's output before the marker, for an error message."""
+    return f"; the login shell printed first: {bytes(noise[:300])!r}{'...' if len(noise) > 300 else ''}"
 
 
 def _hostport(hostname: str, port: int) -> str:
@@ -69,6 +82,7 @@ class SshChannel(Channel):
                  signal: Callable[[int, str, float], None]):
         self._chan = chan
         self._signal = signal
+        self.login_noise = b""  # what the login shell printed before the command started (skipped)
         super().__init__(host, command, lambda: chan.recv(65536), lambda: chan.recv_stderr(65536))
 
     def write(self, data: bytes) -> None:
@@ -541,23 +555,52 @@ class SshTransport(Transport):
         return chan
 
     def _start(self, argv: Sequence[str], timeout: float) -> SshChannel:
-        """Run ``argv`` behind ``echo $$; exec``: its first line is its pid, so it can be signalled."""
+        """Run ``argv`` behind ``echo <marker> $$; exec``: the marker line gives its pid, to signal it.
+
+        A login shell may print anything first (``.bashrc``, a ``command=`` in authorized_keys, a
+        banner): those lines are skipped, and only a line ending in the marker with this spawn's random
+        nonce is believed. A number printed by the shell must never be taken for the pid: ``close()``
+        signals that process group (with 1, a root ``kill -TERM -- -1`` would hit the whole host).
+        """
         command = shlex.join(argv)
-        channel = SshChannel(self.label, describe(command), self._open(f"echo $$; exec {command}", timeout),
-                             self._kill)
+        nonce = secrets.token_hex(8)
+        # However short the caller's timeout, the pid is worth waiting for: without it a command that
+        # starts late cannot be stopped (run() then fails on its own deadline and signals it).
+        deadline = time.monotonic() + max(timeout, MARKER_TIMEOUT)
+        channel = SshChannel(self.label, describe(command),
+                             self._open(f"echo {PID_MARKER} {nonce} $$; exec {command}", timeout), self._kill)
         try:
-            line = channel.readline(timeout)
-            channel.pid = int(line)
-        except ValueError:
-            channel.close()
-            raise self.error(
-                f"expected the process id of `{describe(command)}` as its first line, got {line[:80]!r}:"
-                " does the login shell print to stdout?"
-            ) from None
+            channel.pid, channel.login_noise = self._await_marker(channel, nonce, deadline)
         except BaseException:
             channel.close()
             raise
         return channel
+
+    def _await_marker(self, channel: SshChannel, nonce: str, deadline: float) -> tuple[int, bytes]:
+        """(pid, what the login shell printed before it) from the first line ending in the marker."""
+        pattern = re.compile(rb"%s %s (\d+)\r?\n\Z" % (PID_MARKER.encode(), nonce.encode()))
+        noise = bytearray()
+        lines = 0
+        while True:
+            try:
+                line = channel.readline(max(0.0, deadline - time.monotonic()))
+            except TransportError as exc:
+                if not noise:
+                    raise
+                raise self.error(f"{exc.reason}{_shown(noise)}") from None
+            found = pattern.search(line)
+            if found is not None:
+                break
+            noise += line
+            lines += 1
+            if lines > _MAX_NOISE_LINES or len(noise) > _MAX_NOISE_BYTES:
+                raise self.error(f"`{channel.command}` did not start: the login shell printed more than"
+                                 f" {_MAX_NOISE_LINES} lines or {_MAX_NOISE_BYTES} bytes before the"
+                                 f" process id marker{_shown(noise)}")
+        pid = int(found.group(1))
+        if pid <= 1:  # a shell's own $$ is never 0 or 1
+            raise self.error(f"`{channel.command}` reported process id {pid}: refusing to signal it")
+        return pid, bytes(noise)
 
     def _kill(self, pid: int, signal: str, timeout: float) -> None:
         # The command leads its own process group (sshd runs it in a new session): signal the group.
