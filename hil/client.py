@@ -35,6 +35,10 @@ def push_agent(transport: Transport) -> tuple[str, str]:
     return transport.push(files, name="pytest-san-agent"), content_hash
 
 
+MAX_NOISE_LINES = 1000  # output before the hello that is skipped (a login or interpreter printing)
+MAX_NOISE_BYTES = 1 << 20
+
+
 class AgentError(RuntimeError):
     """The agent failed in a way that is not a SAN error: the message names the host."""
 
@@ -70,10 +74,12 @@ class AgentClient:
         self.channel: Channel = transport.spawn(argv)
         self.dead: str | None = None
         self.last_reply = time.time()  # when the agent was last heard from (wall clock)
-        hello = self._read(start_timeout, "the agent's hello")
-        if "hello" not in hello:
-            raise AgentError(f"{self.where}: expected a hello from the agent, got {hello!r:.200}")
-        self.hello: dict[str, Any] = hello["hello"]
+        self.noise: list[bytes] = []  # lines before the hello that were not one (a chatty login, sitecustomize)
+        try:
+            self.hello: dict[str, Any] = self._hello(start_timeout)
+        except BaseException:
+            self.channel.close()
+            raise
         if "busy" in self.hello:
             self.channel.close()
             from .leases import describe_holder
@@ -81,6 +87,7 @@ class AgentClient:
             holder = self.hello["busy"] if isinstance(self.hello["busy"], dict) else {}
             raise HostBusy(host.name, holder, f"{self.where}: leased by {describe_holder(holder)}")
         if self.hello.get("protocol") != wire.PROTOCOL_VERSION or self.hello.get("hash") != self.content_hash:
+            self.channel.close()
             raise AgentError(f"{self.where}: agent speaks protocol {self.hello.get('protocol')} with hash "
                              f"{self.hello.get('hash')}, this controller {wire.PROTOCOL_VERSION} / {self.content_hash}")
 
@@ -95,27 +102,69 @@ class AgentClient:
                        "netdev": self.host.netdev}
         return options
 
-    def _read(self, timeout: float, what: str) -> dict[str, Any]:
+    def _line(self, timeout: float, what: str) -> bytes:
         try:
             line = self.channel.readline(timeout)
         except TransportError as exc:
             self.dead = str(exc)
-            raise AgentError(f"{self.where}: agent gone while waiting for {what}: {exc}") from None
+            raise AgentError(f"{self.where}: agent gone while waiting for {what}: {exc}{self._noise()}") from None
         self.last_reply = time.time()
-        return wire.decode(line)
+        return line
+
+    def _hello(self, timeout: float) -> dict[str, Any]:
+        """The agent's hello; lines before it that are not one are skipped (nothing was asked yet)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._line(max(0.0, deadline - time.monotonic()), "the agent's hello")
+            try:
+                message = wire.decode(line)
+            except Exception:  # not JSON, bad base64, nested too deep: noise either way
+                message = None
+            hello = None if message is None else message.get("hello")
+            if isinstance(hello, dict):
+                return hello
+            self.noise.append(line)
+            if len(self.noise) > MAX_NOISE_LINES or sum(map(len, self.noise)) > MAX_NOISE_BYTES:
+                self.dead = "no hello"
+                raise AgentError(f"{self.where}: no hello from the agent within {MAX_NOISE_LINES} lines or "
+                                 f"{MAX_NOISE_BYTES} bytes of output{self._noise()}")
+
+    def _noise(self) -> str:
+        if not self.noise:
+            return ""
+        text = b"".join(self.noise)
+        return f"; before its hello it printed {text[:300]!r}{'...' if len(text) > 300 else ''}"
+
+    def _out_of_step(self, problem: str) -> AgentError:
+        """The agent's output can no longer be trusted: it is dead (HilBackend.reset replaces it)."""
+        self.dead = problem
+        self.channel.close()  # it exits, releasing what it held: nothing it says can be matched to a call
+        return AgentError(f"{self.where}: {problem}; the agent was stopped (a fresh one serves the next test)")
+
+    def _reply(self, rid: int, timeout: float, what: str) -> dict[str, Any]:
+        line = self._line(timeout, what)
+        shown = f"{line[:200]!r}{'...' if len(line) > 200 else ''}"
+        try:
+            reply = wire.decode(line)
+        except Exception as exc:  # whatever is wrong with the line, the stream is
+            raise self._out_of_step(f"waiting for {what}, the agent sent a line that is not a reply "
+                                    f"({type(exc).__name__}: {exc}): {shown}") from None
+        if reply.get("id") != rid or ("result" in reply) == ("error" in reply) or (
+                "error" in reply and not isinstance(reply["error"], dict)):
+            raise self._out_of_step(f"waiting for {what}, the agent sent {shown}: protocol out of step")
+        return reply
 
     def call(self, obj: int, method: str, *args: Any, timeout: float | None = None) -> Any:
         if self.dead:
             raise AgentError(f"{self.where}: agent is gone ({self.dead})")
         rid = next(self._ids)
+        data = wire.encode({"id": rid, "obj": obj, "method": method, "args": list(args)})
         try:
-            self.channel.write(wire.encode({"id": rid, "obj": obj, "method": method, "args": list(args)}))
+            self.channel.write(data)
         except TransportError as exc:
             self.dead = str(exc)
             raise AgentError(f"{self.where}: cannot reach the agent: {exc}") from None
-        reply = self._read(timeout or self.call_timeout, f"{method} (request {rid})")
-        if reply.get("id") != rid:
-            raise AgentError(f"{self.where}: reply {reply.get('id')} to request {rid}: protocol out of step")
+        reply = self._reply(rid, timeout or self.call_timeout, f"{method} (request {rid})")
         if "error" in reply:
             raise _error(reply["error"], self.where)
         return reply["result"]
@@ -125,15 +174,24 @@ class AgentClient:
         self.channel.close()
 
 
+# Errors of the contract (and of a call's arguments) that the agent reports: raised as themselves, as the
+# emulator raises them in-process. Anything else is the agent failing: an AgentError with its traceback.
+_AS_ITSELF: dict[str, type[Exception]] = {"TimeoutError": TimeoutError, "ValueError": ValueError,
+                                          "TypeError": TypeError}
+
+
 def _error(error: dict[str, Any], where: str) -> Exception:
-    kind, message = error.get("kind"), error.get("message", "")
+    kind, message = error.get("kind"), str(error.get("message", ""))
     if kind == "SanError":
-        exc = SanError(WsaError(error["code"]), required_size=error.get("required_size"))
+        try:
+            code = WsaError(int(error["code"]))
+        except (KeyError, TypeError, ValueError):
+            return AgentError(f"{where}: SanError with an unknown code {error.get('code')!r}: {message}")
+        required = error.get("required_size")
+        exc = SanError(code, required_size=required if isinstance(required, int) else None)
         exc.args = (message,)
         return exc
-    if kind == "TimeoutError":
-        return TimeoutError(message)
-    if kind == "ValueError":
-        return ValueError(message)
+    if isinstance(kind, str) and kind in _AS_ITSELF:
+        return _AS_ITSELF[kind](message)
     detail = f"\n{error['traceback']}" if error.get("traceback") else ""
     return AgentError(f"{where}: {kind}: {message}{detail}")

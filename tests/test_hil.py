@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,3 +225,85 @@ def test_b_after(san_switch):
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1 and outcomes.get("failed", 0) + outcomes.get("errors", 0) >= 1
     result.stdout.fnmatch_lines(["*AgentError: host lab1 (127.0.0.1:*agent gone*"])
+
+
+# -- output that is not the protocol: skipped before the hello, fatal (and replaced) after it ------------
+
+
+@pytest.fixture
+def chatty_host(sshd: SshServer, tmp_path: Path) -> Iterator[HostConfig]:
+    """A lab host whose login prints a banner and numbers before the command runs (authorized_keys
+    ``command=``), and whose interpreter prints before the agent starts (as a sitecustomize might)."""
+    key = tmp_path / "chatty_key"
+    public = write_keypair(key, "chatty-login")
+    # SFTP (the agent's push) is a subsystem: the login's chatter reaches only commands, as with a .bashrc.
+    login = ("[ \\\"$SSH_ORIGINAL_COMMAND\\\" = internal-sftp ] && exec /usr/lib/openssh/sftp-server; "
+             "printf '%s\\n' 4242 'Welcome to lab1'; eval \\\"$SSH_ORIGINAL_COMMAND\\\"")
+    python = tmp_path / "chatty-python"
+    python.write_text("#!/bin/sh\nprintf '%s\\n' 17 '{' '[1, 2]' '{\"id\": 1, \"result\": 5}' 'Python ready'\n"
+                      f'exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    keys = sshd.directory / "authorized_keys"
+    original = keys.read_text()
+    keys.write_text(f'{original}command="{login}" {public}\n')
+    try:
+        yield sshd.host_config(name="chatty", engine="emulator", loopback=True, key_file=key,
+                               python_interpreter=str(python), extra={"san_remote_tmp": str(tmp_path)})
+    finally:
+        keys.write_text(original)
+
+
+def test_output_before_the_hello_is_skipped(chatty_host: HostConfig) -> None:
+    backend = HilBackend([chatty_host])
+    try:
+        client = backend.agents[0].client
+        assert b"".join(client.noise) == b'17\n{\n[1, 2]\n{"id": 1, "result": 5}\nPython ready\n'
+        conn = Switch(backend).connect()
+        conn.local.send(b"through the noise")
+        assert conn.remote.recv(17) == b"through the noise"
+        conn.close()
+        assert backend.leaks() == []
+    finally:
+        backend.close()
+
+
+def test_no_hello_at_all_names_the_host_and_what_it_printed(lab_host: HostConfig, tmp_path: Path) -> None:
+    python = tmp_path / "not-python"
+    python.write_text("#!/bin/sh\necho 'python3: not configured on this host'\nexit 5\n")
+    python.chmod(0o755)
+    with pytest.raises(AgentError) as err:
+        HilBackend([dataclasses.replace(lab_host, python_interpreter=str(python))])
+    message = str(err.value)
+    assert message.startswith("host lab1 (127.0.0.1:") and "exit status 5" in message
+    assert message.endswith("before its hello it printed b'python3: not configured on this host\\n'")
+
+
+def _inject(pid: int, line: bytes) -> None:
+    """A line on the agent's stdout, as a stray print in the engine (or anything else) would put it."""
+    with open(f"/proc/{pid}/fd/1", "wb") as out:
+        out.write(line)
+
+
+@pytest.mark.parametrize("stray", [b"stray 42\n", b'{"id": 999, "result": null}\n', b"[1, 2]\n",
+                                   b'{"id": 1, "result": 1, "error": {}}\n'])
+def test_a_stray_line_mid_session_stops_the_agent_and_reset_replaces_it(backend: HilBackend,
+                                                                       stray: bytes) -> None:
+    conn = _registered_pair(backend)
+    pid = agent_pid(backend)
+    client = backend.agents[0].client
+    _inject(pid, stray)
+    with pytest.raises(AgentError) as err:
+        conn.local.process.alloc(64)
+    message = str(err.value)
+    assert message.startswith("host lab1 (127.0.0.1:") and repr(stray) in message  # the host and the line
+    assert client.dead  # never trusted again: every later reply could belong to another call
+    with pytest.raises(AgentError, match="agent is gone"):
+        conn.local.process.alloc(64)
+    assert wait_until(lambda: not is_running(pid), timeout=10), "the out-of-step agent was left running"
+    backend.reset()  # a fresh agent serves the next test
+    assert agent_pid(backend) != pid and not backend.agents[0].client.dead
+    assert backend.leaks() == []
+    fresh = Switch(backend).connect()
+    fresh.local.send(b"in step")
+    assert fresh.remote.recv(7) == b"in step"
+    fresh.close()
