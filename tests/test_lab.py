@@ -7,6 +7,8 @@ The real boot takes a few minutes under TCG and two guests' worth of CPU; run it
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import os
 import shlex
 import shutil
@@ -15,6 +17,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -40,9 +43,10 @@ from hil.lab.guest import (
 )
 from hil.lab.hub import MAX_FRAME, Hub
 from hil.lab.inventory import host_configs, write_inventory
-from hil.lab.kernel import fetch_kernel, find_kernel, image_package
+from hil.lab.kernel import Kernel, fetch_kernel, find_kernel, image_package
 from hil.lab.keys import generate_keys, write_known_hosts
 from hil.lab.lab import down, leftovers, pytest_command, status
+from hil.lab.procs import argv_of, group_is_ours, names_dir, temp_files
 from hil.lab.state import STATE_FILE, GuestState, LabState, group_members, stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,6 +255,159 @@ def test_leftovers_finds_processes_naming_the_lab(tmp_path: Path) -> None:
     finally:
         stop_group(proc.pid)
     assert leftovers(state) == []
+
+
+# --- which processes are the lab's: paths, not substrings; the group leader; temp files -------------
+
+
+def _start(argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A process in a session of its own, once it has exec'd ``argv`` (before that it carries pytest's)."""
+    proc = subprocess.Popen(list(argv), start_new_session=True, env=env)
+    deadline = time.monotonic() + 10
+    while (argv_of(proc.pid) or [])[-1:] != [argv[-1]] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return proc
+
+
+_SLEEP = [sys.executable, "-c", "import time; time.sleep(300)"]
+
+
+def _other_lab(tmp_path: Path) -> tuple[Path, Path]:
+    """Two state directories, the second's path starting with the first's: ``.../lab`` and ``.../lab2``."""
+    ours, theirs = tmp_path / "lab", tmp_path / "lab2"
+    ours.mkdir()
+    theirs.mkdir()
+    return ours, theirs
+
+
+def test_a_lab_with_a_longer_path_is_not_ours(tmp_path: Path) -> None:
+    ours, theirs = _other_lab(tmp_path)
+    hub = _start([*_SLEEP, "--port-file", str(theirs / "hub.port")])
+    try:
+        assert names_dir(argv_of(hub.pid) or [], theirs) and not names_dir(argv_of(hub.pid) or [], ours)
+        state = _state(ours)
+        state.save()
+        assert down(ours) == 0  # the other lab's hub is not a leftover of ours
+        assert hub.poll() is None and not ours.exists()
+    finally:
+        stop_group(hub.pid)
+
+
+def test_down_leaves_a_reused_process_group_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ours, theirs = _other_lab(tmp_path)
+    guest = _start([*_SLEEP, "--exec", shlex.join(["/bin/bash", str(theirs / "guest-init.sh"), "boot", "lab1"])])
+    try:
+        state = _state(ours)
+        state.guests[0].pgid = guest.pid  # a stale state: the pid now leads the other lab's guest
+        state.save()
+        assert down(ours) == 0
+        assert guest.poll() is None
+        assert f"process group {guest.pid} no longer runs this lab's processes; left alone" in capsys.readouterr().out
+    finally:
+        stop_group(guest.pid)
+
+
+def test_the_group_leader_decides_whether_a_group_is_ours(tmp_path: Path) -> None:
+    ours = tmp_path / "lab"
+    ours.mkdir()
+    # Someone's program leads the group (the recorded pgid, reused); a child of it names our console log.
+    spawn = "import os, subprocess, sys, time; subprocess.Popen([*sys.argv[1:], os.environ['LOG']]); time.sleep(300)"
+    leader = _start([sys.executable, "-c", spawn, *_SLEEP], env={**os.environ, "LOG": str(ours / "lab1-console.log")})
+    try:
+        deadline = time.monotonic() + 10
+        while len(group_members(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (child,) = [pid for pid, _ in group_members(leader.pid) if pid != leader.pid]
+        while not names_dir(argv_of(child) or [], ours) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not group_is_ours(leader.pid, ours)
+        state = _state(ours, hosts=1)
+        state.guests[0].pgid = leader.pid
+        state.save()
+        with pytest.raises(LabError, match=f"processes of the lab are still running: {child} "):
+            down(ours)  # the child naming the lab is reported; the foreign group is not signalled
+        assert leader.poll() is None and child in [pid for pid, _ in group_members(leader.pid)]
+    finally:
+        stop_group(leader.pid)
+
+
+def test_a_group_whose_leader_exited_is_ours_if_its_members_name_the_lab(tmp_path: Path) -> None:
+    ours, theirs = _other_lab(tmp_path)
+    # qemu names the lab only inside the base64 of its kernel command line's virtme.exec
+    script = base64.b64encode(shlex.join(["/bin/bash", str(ours / "guest-init.sh"), "boot", "lab1"]).encode())
+    qemu_like = [*_SLEEP, "-append", f"console=ttyS0 virtme.exec=`{script.decode()}` panic=-1"]
+    spawn = "import subprocess, sys; subprocess.Popen(sys.argv[1:])"  # the leader exits, its child stays
+    leader = subprocess.Popen([sys.executable, "-c", spawn, *qemu_like], start_new_session=True)
+    leader.wait()
+    deadline = time.monotonic() + 10
+    while not group_members(leader.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        ((qemu, _),) = group_members(leader.pid)
+        assert group_is_ours(leader.pid, ours) and not group_is_ours(leader.pid, theirs)
+        assert any(line.startswith(f"{qemu} ") for line in leftovers(_state(ours)))
+        state = _state(ours, hosts=1)
+        state.guests[0].pgid = leader.pid
+        state.save()
+        assert down(ours) == 0
+        assert group_members(leader.pid) == []
+    finally:
+        stop_group(leader.pid)
+
+
+def test_temp_files_named_or_held_open_by_the_group(tmp_path: Path) -> None:
+    named, held = tmp_path / "virtme_retnamed1", tmp_path / "virtme_retheld_2"
+    named.write_text("")
+    held.write_text("")
+    # virtme-run holds its temp file open before qemu's command line names it
+    code = "import os, time; fd = os.open(os.environ['HELD'], os.O_RDONLY); time.sleep(300)"
+    proc = _start([sys.executable, "-c", code], env={**os.environ, "HELD": str(held)})
+    other = _start([*_SLEEP, "-chardev", f"file,id=ret,path={named}"])
+    try:
+        deadline = time.monotonic() + 10
+        while not temp_files(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert temp_files(proc.pid) == [str(held)]
+        assert temp_files(other.pid) == [str(named)]
+    finally:
+        stop_group(proc.pid)
+        stop_group(other.pid)
+
+
+def test_a_boot_stopped_before_the_ready_marker_leaves_no_temp_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hil.lab.lab as lab
+
+    vmlinuz = tmp_path / "vmlinuz"
+    vmlinuz.write_bytes(b"k")
+    kernel = Kernel(version="6.1", root=tmp_path, vmlinuz=vmlinuz, modules=tmp_path, rxe_module=tmp_path)
+    monkeypatch.setattr(lab, "fetch_kernel", lambda *a, **k: kernel)
+    monkeypatch.setattr(lab, "find_vng", lambda: "vng")
+    temps: list[Path] = []
+
+    def start_guest(spec: GuestSpec, console_log: Path, vng: str) -> subprocess.Popen[bytes]:
+        # like vng: a temp file qemu's chardev names, removed only if vng exits normally; no ready marker
+        fd, name = tempfile.mkstemp(prefix="virtme_ret")
+        os.close(fd)
+        temps.append(Path(name))
+        console_log.write_bytes(b"booting\n")
+        return _start([*_SLEEP, *vng_command(spec, vng)[1:], "-chardev", f"file,id=ret,path={name}"])
+
+    monkeypatch.setattr(lab, "start_guest", start_guest)
+    state_dir = tmp_path / "lab"
+    opts = lab.UpOptions(hosts=1, state_dir=state_dir, kernel_cache=tmp_path / "cache", accel="tcg",
+                         boot_timeout=1.0)
+    out = io.StringIO()
+    try:
+        with pytest.raises(LabError, match="lab1 failed to boot twice: no ready marker within 1 s"):
+            lab.up(opts, lab.Progress(out))
+        assert len(temps) == 2, out.getvalue()
+        assert [t for t in temps if t.exists()] == []  # both attempts' temp files are gone
+        assert not state_dir.exists() and leftovers(_state(state_dir)) == []
+    finally:
+        for t in temps:
+            t.unlink(missing_ok=True)
 
 
 # --- the guest's boot script and console -----------------------------------------------------------

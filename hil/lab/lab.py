@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -44,7 +43,9 @@ from .guest import (
 from .inventory import host_configs, write_inventory
 from .kernel import DEFAULT_CACHE, Kernel, fetch_kernel
 from .keys import LabKeys, generate_keys, write_known_hosts
-from .state import DEFAULT_STATE_DIR, STATE_FILE, GuestState, LabState, group_members, pid_alive, stop_group
+from .procs import group_is_ours, temp_files
+from .procs import leftovers as _leftovers
+from .state import DEFAULT_STATE_DIR, STATE_FILE, GuestState, LabState, group_members, stop_group
 
 __all__ = ["Progress", "Terminated", "UpOptions", "down", "pytest_command", "run", "ssh_command", "status", "up"]
 
@@ -53,7 +54,6 @@ HUB_LOG = "hub.log"
 INIT_SCRIPT = "guest-init.sh"
 INVENTORY = "lab.yaml"
 KVM_PROBE = "kvm-probe.json"  # in the kernel cache: the probe costs its full timeout where KVM hangs
-_VIRTME_RET = re.compile(r"path=(/tmp/virtme_ret\w+)")  # vng's temp file: it execs qemu, so never removes it
 
 
 class _GuestFailed(Exception):
@@ -201,8 +201,7 @@ class _Booter:
                 # Stop the guests first, so threads blocked in an SSH connect fail fast, then let every
                 # thread finish: none may start a guest after the teardown that follows.
                 for g in self.state.guests:
-                    if g.pgid is not None and group_members(g.pgid):
-                        stop_group(g.pgid, grace=2)
+                    if self._stop(g, grace=2):
                         self.progress(g.name, f"stopped (process group {g.pgid})")
                 for t in threads:
                     t.join(60)
@@ -228,8 +227,7 @@ class _Booter:
                 self._boot_once(guest, kvm)
                 return
             except _GuestFailed as exc:
-                if guest.pgid is not None:
-                    stop_group(guest.pgid)
+                self._stop(guest)
                 if attempt == 2 or self.stop.is_set():
                     raise LabError(
                         f"{guest.name} failed to boot twice: {exc}\n"
@@ -259,12 +257,13 @@ class _Booter:
         guest.netdev = None
         self.save()
         if self.stop.is_set():  # torn down while we were starting it
-            stop_group(proc.pid)
+            self._stop(guest)
             raise _Cancelled
         self.progress(guest.name, f"booting ({guest.accel.upper()}, vng pid {proc.pid}, "
                                   f"ssh 127.0.0.1:{guest.ssh_port}, console {log.name})")
         deadline = time.monotonic() + self.opts.boot_timeout
         while True:
+            self._record_temp_files(guest)  # as soon as vng makes them: a boot stopped now leaves none
             marker = read_marker(log, guest.name)
             if marker is not None:
                 ok, info = marker
@@ -278,15 +277,26 @@ class _Booter:
                 raise _GuestFailed(f"no ready marker within {self.opts.boot_timeout:g} s")
             self._wait(0.5)
         self._record_temp_files(guest)
-        self.save()
+        self.save()  # the netdev
         self.progress(guest.name, f"ready marker: sshd up, lab NIC {guest.netdev} {guest.lab_address}")
         self._check_over_ssh(guest)
 
     def _record_temp_files(self, guest: GuestState) -> None:
-        assert guest.pgid is not None
-        for path in _VIRTME_RET.findall(" ".join(_cmdlines(guest.pgid))):
-            with self.lock:
+        found = temp_files(guest.pgid) if guest.pgid is not None else []
+        with self.lock:
+            new = [path for path in found if path not in self.state.files]
+            for path in new:
                 self.state.add_file(path)
+            if new:
+                self.state.save()
+
+    def _stop(self, guest: GuestState, grace: float = 5.0) -> bool:
+        """Stop the guest's process group, recording vng's temp files first; whether it was running."""
+        if guest.pgid is None or not group_members(guest.pgid):
+            return False
+        self._record_temp_files(guest)
+        stop_group(guest.pgid, grace=grace)
+        return True
 
     def _check_over_ssh(self, guest: GuestState) -> None:
         from hil.transport import TransportError, open_transport  # paramiko: only when booting
@@ -331,7 +341,7 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
     directory = opts.directory
     existing = LabState.load(directory)
     if existing is not None:
-        alive = [pg for pg in existing.pgids if group_members(pg)]
+        alive = [pg for pg in existing.pgids if group_is_ours(pg, existing.state_dir)]
         if alive:
             raise LabError(f"a lab is already up in {directory} (process groups {alive}); "
                            f"`san-hil lab down --state-dir {directory}` first")
@@ -380,43 +390,9 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
 # --- down ------------------------------------------------------------------------------------------
 
 
-def _ours(cmdlines: Sequence[str], marks: Sequence[str]) -> bool:
-    """Whether a process group's command lines are this lab's (a stale state's pgid may be reused)."""
-    return any(mark in cmdline for cmdline in cmdlines for mark in marks)
-
-
-def _marks(state: LabState) -> list[str]:
-    # vng's and the hub's command lines name the state dir; qemu's names its forwarded port.
-    return [state.state_dir, *(f"hostfwd=tcp:127.0.0.1:{g.ssh_port}-" for g in state.guests)]
-
-
-def _ancestors() -> set[int]:
-    """This process and its parents: `timeout 60 san-hil lab down --state-dir X` names X too."""
-    pids, pid = set(), os.getpid()
-    while pid > 1 and pid not in pids:
-        pids.add(pid)
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return pids
-
-
 def leftovers(state: LabState) -> list[str]:
-    """Processes of this lab still running, as ``pid (command)``."""
-    marks = _marks(state)
-    mine = _ancestors()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in mine:
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if any(mark in cmdline for mark in marks) and pid_alive(int(entry.name)):
-            found.append(f"{entry.name} ({cmdline[:100].strip()})")
-    return found
+    """Processes of this lab still running (naming its state directory), as ``pid (command)``."""
+    return _leftovers(state.state_dir)
 
 
 @contextlib.contextmanager
@@ -439,16 +415,14 @@ def _teardown(state: LabState, progress: Callable[[str, str], None]) -> None:
 
 
 def _stop_and_remove(state: LabState, progress: Callable[[str, str], None]) -> None:
-    marks = _marks(state)
     named = [(g.name, g.pgid) for g in state.guests] + [("hub", state.hub_pgid)]
     for name, pgid in named:
         if pgid is None or not group_members(pgid):
             continue
-        cmdlines = _cmdlines(pgid)
-        if not _ours(cmdlines, marks):
+        if not group_is_ours(pgid, state.state_dir):
             progress(name, f"process group {pgid} no longer runs this lab's processes; left alone")
             continue
-        for path in _VIRTME_RET.findall(" ".join(cmdlines)):
+        for path in temp_files(pgid):
             state.add_file(path)
         survivors = stop_group(pgid)
         progress(name, f"stopped (process group {pgid})" if not survivors else f"still running: {survivors}")
@@ -468,17 +442,6 @@ def _stop_and_remove(state: LabState, progress: Callable[[str, str], None]) -> N
     left = leftovers(state)
     if left:
         raise LabError("processes of the lab are still running: " + "; ".join(left))
-
-
-def _cmdlines(pgid: int) -> list[str]:
-    """The command lines (arguments joined by spaces) of group ``pgid``'s processes."""
-    out = []
-    for pid, _ in group_members(pgid):
-        try:
-            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue
-    return out
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR, progress: Progress | None = None) -> int:
@@ -506,12 +469,13 @@ def status(state_dir: Path = DEFAULT_STATE_DIR, out: TextIO | None = None) -> in
     print(f"lab in {directory}: {len(state.guests)} guests, started {age:.0f} s ago, "
           f"{'ready' if state.ready else 'NOT READY (booting, or up failed)'}", file=stream)
     healthy = state.ready
-    hub_alive = state.hub_pgid is not None and bool(group_members(state.hub_pgid))
+    hub_alive = state.hub_pgid is not None and group_is_ours(state.hub_pgid, state.state_dir)
     healthy &= hub_alive
     print(f"  hub   pid {state.hub_pgid}  127.0.0.1:{state.hub_port}  {'alive' if hub_alive else 'DEAD'}",
           file=stream)
     for g in state.guests:
-        members = group_members(g.pgid) if g.pgid is not None else []
+        ours = g.pgid is not None and group_is_ours(g.pgid, state.state_dir)
+        members = group_members(g.pgid) if ours and g.pgid is not None else []
         qemu = [pid for pid, comm in members if comm.startswith("qemu")]
         alive = bool(qemu)
         healthy &= alive
