@@ -6,9 +6,12 @@ is the only place that knows how they map onto the wire. Python 3.9 compatible, 
 
 from __future__ import annotations
 
+import json
 import traceback
 from collections.abc import Callable
 from typing import Any
+
+from hil.agent import wire
 
 # The methods each kind of remote object answers: the protocol's surface, nothing more.
 METHODS = {
@@ -26,6 +29,10 @@ METHODS = {
     "operation": {"done", "wait"},
     "allocation": {"info"},
 }
+
+
+class ProtocolError(Exception):
+    """A request line that is not a well-formed request: answered with an error, never fatal."""
 
 
 class Registry:
@@ -72,24 +79,45 @@ class Dispatcher:
     def _arg(self, value: Any) -> Any:
         if isinstance(value, dict):
             if "$o" in value:
-                return self.registry.get(value["$o"])
+                return self.registry.get(_object_id(value["$o"]))
             if "$buf" in value:
-                pid_ref, address, length = value["$buf"]
-                return self._resolve_buffer(self.registry.get(pid_ref), address, length)
+                ref = value["$buf"]
+                if not isinstance(ref, list) or len(ref) != 3:
+                    raise ProtocolError(f"a buffer reference is [process, address, length], got {ref!r:.80}")
+                pid_ref, address, length = ref
+                return self._resolve_buffer(self.registry.get(_object_id(pid_ref)), address, length)
             return {k: self._arg(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._arg(v) for v in value]
         return value
 
+    def handle_line(self, line: bytes) -> bytes:
+        """One request line -> one reply line. Whatever is wrong with the line, the answer is an error
+        reply (with the request's id where it could be read) and the agent keeps serving: exiting would
+        drop every registration it holds."""
+        try:
+            request = wire.decode(line)
+        except Exception as exc:  # not JSON, not an object, bad base64, nested too deep
+            reply: dict[str, Any] = {"id": _readable_id(line), "error": describe(
+                ProtocolError(f"not a request ({type(exc).__name__}: {exc}): {line[:200]!r}"))}
+        else:
+            reply = self.handle(request)
+        try:
+            return wire.encode(reply)
+        except Exception as exc:  # a result JSON cannot carry: say so rather than die
+            return wire.encode({"id": _readable_id(line), "error": describe(exc)})
+
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         rid = request.get("id")
         try:
-            target = self.registry.get(request["obj"])
+            obj, method, args = request.get("obj"), request.get("method"), request.get("args", [])
+            if not isinstance(method, str) or not isinstance(args, list):
+                raise ProtocolError(f"a request is {{id, obj, method, args: [...]}}, got {request!r:.200}")
+            target = self.registry.get(_object_id(obj))
             kind = self.registry.ref(target)["type"]
-            method = request["method"]
             if method not in METHODS.get(kind, ()):
                 raise LookupError(f"a {kind} has no method {method!r}")
-            args = [self._arg(a) for a in request.get("args", [])]
+            args = [self._arg(a) for a in args]
             handler = self._handlers.get((kind, method))
             if handler is not None:
                 result = handler(target, *args)
@@ -97,9 +125,26 @@ class Dispatcher:
                 result = getattr(target, method)
                 if callable(result):
                     result = result(*args)
+            if (kind, method) == ("engine", "reset"):
+                self.registry.forget_unpinned()  # the controller forgets them too
             return {"id": rid, "result": self._encode_result(result)}
         except Exception as exc:  # every failure goes back to the controller, named
             return {"id": rid, "error": describe(exc)}
+
+
+def _object_id(value: Any) -> int:
+    if type(value) is not int:  # not True, which would be object 1
+        raise ProtocolError(f"an object id is an int, got {value!r:.80}")
+    return value
+
+
+def _readable_id(line: bytes) -> Any:
+    """The id of a request that could not be read as a whole, if it has a plain one; else None."""
+    try:
+        rid = json.loads(line).get("id")
+    except Exception:  # not JSON, or not an object
+        return None
+    return rid if isinstance(rid, (int, str)) else None
 
 
 def describe(exc: BaseException) -> dict[str, Any]:
@@ -109,6 +154,6 @@ def describe(exc: BaseException) -> dict[str, Any]:
         error["code"] = int(code)
         error["required_size"] = getattr(exc, "required_size", None)
         error["message"] = exc.args[0] if exc.args else str(exc)
-    elif type(exc).__name__ not in ("ValueError", "TimeoutError", "LookupError", "TypeError"):
+    elif type(exc).__name__ not in ("ValueError", "TimeoutError", "LookupError", "TypeError", "ProtocolError"):
         error["traceback"] = traceback.format_exc(limit=8)
     return error

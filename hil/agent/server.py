@@ -109,11 +109,7 @@ def serve(engine_name: str, host: str, options: str, content_hash: str, stdin: B
         for line in stdin:  # ends when the controller goes away
             if not line.strip():
                 continue
-            request = wire.decode(line)
-            reply = dispatcher.handle(request)
-            if request.get("method") == "reset" and "error" not in reply:
-                registry.forget_unpinned()
-            stdout.write(wire.encode(reply))
+            stdout.write(dispatcher.handle_line(line))  # never raises: a bad request gets an error reply
             stdout.flush()
     except (BrokenPipeError, ConnectionResetError):
         pass
