@@ -62,9 +62,11 @@ class EmulatorBackend:
         return self._faults
 
     def connect_sockets(self, a: Any, b: Any) -> tuple[EmulatedSocket, EmulatedSocket]:
+        """Both processes checked first: a refused connect opens no socket."""
         if not isinstance(a, EmulatedProcess) or not isinstance(b, EmulatedProcess):
-            raise TypeError(f"connect_sockets takes processes of this emulator, got {a!r} and {b!r}")
+            raise TypeError(f"connect_sockets takes processes of this emulator, got {a!r:.80} and {b!r:.80}")
         for process in (a, b):
+            self._own_node(process.node, "connect_sockets")
             if not process.alive:
                 raise SanError(WsaError.WSAENOTCONN, f"cannot connect: {process!r} is gone")
         pa, pb = a.node.base_provider, b.node.base_provider
@@ -73,6 +75,12 @@ class EmulatorBackend:
         sa, sb = pa.new_socket(a), pb.new_socket(b)
         self.fabric.connect(sa, sb)
         return sa, sb
+
+    def _own_node(self, node: object, what: str) -> EmulatedNode:
+        if not any(node is mine for mine in self._nodes):
+            raise ValueError(f"{what}: {node!r:.80} is not a node of this emulated SAN")
+        assert isinstance(node, EmulatedNode)
+        return node
 
     def sockets(self) -> list[EmulatedSocket]:
         return [s for node in self._nodes for s in node.base_provider.sockets]
@@ -105,16 +113,24 @@ class EmulatorFaults:
         self._backend = backend
 
     def fail_allocations(self, node: Any, count: int) -> None:
-        node.base_proxy.fail_next(count)
+        self._backend._own_node(node, "fail_allocations").base_proxy.fail_next(count)
 
     def drop_link(self, a: Any, b: Any) -> None:
+        a, b = (self._backend._own_node(n, "drop_link") for n in (a, b))
         self._backend.fabric.set_link(a.name, b.name, False, self._backend.sockets())
 
     def restore_link(self, a: Any, b: Any) -> None:
+        a, b = (self._backend._own_node(n, "restore_link") for n in (a, b))
         self._backend.fabric.set_link(a.name, b.name, True, [])
 
     def hold(self, socket: Any) -> None:
-        socket.provider.hold(socket)
+        self._socket(socket, "hold").provider.hold(socket)
 
     def release(self, socket: Any) -> None:
-        socket.provider.release_held(socket)
+        self._socket(socket, "release").provider.release_held(socket)
+
+    def _socket(self, socket: object, what: str) -> EmulatedSocket:
+        if not isinstance(socket, EmulatedSocket) or not any(socket.provider is n.base_provider
+                                                            for n in self._backend.nodes):
+            raise TypeError(f"{what} takes a socket of this emulated SAN, got {socket!r:.80}")
+        return socket

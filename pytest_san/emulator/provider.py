@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SanError, WsaError
 from ..types import PAGE_SIZE, SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, Access, Status
+from .process import EmulatedBuffer, EmulatedProcess
 from .sockets import EmulatedOperation, EmulatedRegistration, EmulatedSocket, SocketState, Waitable
 
 if TYPE_CHECKING:
     from .fabric import Fabric
-    from .process import EmulatedBuffer, EmulatedProcess
     from .proxy import EmulatedProxy
 
 DESCRIPTOR = struct.Struct("<QQI")  # address, length, window rkey: what verbs hands a peer
@@ -27,7 +27,7 @@ MAX_SGE = 4
 QUEUE_DEPTH = 64
 MAX_RDMA_SIZE = 1 << 20
 RDMA_THRESHOLD = 16 * 1024
-_ACCESS = {1: Access.READ, 2: Access.WRITE, 3: Access.READWRITE}  # also validates: one dict lookup
+_ACCESS = {1: Access.READ, 2: Access.WRITE, 3: Access.READWRITE}  # validates (after a type check): one lookup
 _READ, _WRITE = int(Access.READ), int(Access.WRITE)
 _CLOSED = SocketState.CLOSED
 _CONNECTED = SocketState.CONNECTED
@@ -53,6 +53,12 @@ class EmulatedProvider:
     # -- sockets --------------------------------------------------------------------------
 
     def new_socket(self, process: EmulatedProcess) -> EmulatedSocket:
+        if type(process) is not EmulatedProcess:
+            raise TypeError(f"new_socket takes an EmulatedProcess, got {process!r:.80}")
+        if process.node.base_provider is not self:
+            raise ValueError(f"{process!r} is not a process of {self.node_name}")
+        if not process.alive:
+            raise SanError(WsaError.WSAENOTCONN, f"cannot open a socket: {process!r} is gone")
         sock = EmulatedSocket(self, process, self._fabric.next_id(), self.waitable)
         self.sockets.append(sock)
         process.sockets.append(sock)
@@ -74,20 +80,26 @@ class EmulatedProvider:
 
     def _register(self, sock: EmulatedSocket, buffer: EmulatedBuffer, access: Access, kind: str,
                   table: dict[int, EmulatedRegistration]) -> EmulatedRegistration:
-        try:
-            acc = _ACCESS.get(access)
-        except TypeError:  # unhashable: certainly not an access flag
-            acc = None
+        # Exactly the ints (or Access values) 1, 2, 3: True and 1.0 hash like 1 but are no flags.
+        acc = _ACCESS.get(access) if type(access) is Access or type(access) is int else None
         if acc is None:
-            raise SanError(WsaError.WSAEINVAL, f"access flags {access!r} are not READ, WRITE or READWRITE")
+            raise SanError(WsaError.WSAEINVAL, f"access flags {access!r:.80} are not READ, WRITE or READWRITE")
         if sock.state is not _CONNECTED:
             raise SanError(WsaError.WSAENOTCONN, f"{sock!r} is not connected")
-        address, length = buffer.address, buffer.length
+        if type(buffer) is EmulatedBuffer:
+            address, length, owner = buffer.address, buffer.length, buffer._process
+        else:
+            address, length, owner = _buffer_fields(buffer, "buffer")
+        if type(address) is not int or type(length) is not int or length <= 0:
+            address, length = _range(address, length, "buffer")
+            if length == 0:
+                raise SanError(WsaError.WSAEFAULT, "an empty buffer cannot be registered")
         # The range is looked up in the caller's own address space, never trusted from the object.
-        mem, offset = sock.process.resolve(address, length)
-        if mem is None or buffer.process is not sock.process:
+        process = sock._process
+        mem, offset = process.resolve(address, length)
+        if mem is None or owner is not process:
             raise SanError(WsaError.WSAEFAULT, f"{length} bytes at {address:#x} are not wholly inside "
-                           f"the address space of pid {sock.process.pid}")
+                           f"the address space of pid {process.pid}")
         key = (kind, address, length, int(acc))
         reg = sock.by_range.get(key)
         if reg is not None:
@@ -129,9 +141,13 @@ class EmulatedProvider:
     def register_rdma_memory(self, socket: Any, buffer: Any, access: Access,
                              descriptor_size: int | None = None) -> bytes:
         sock = self._socket(socket)
-        if descriptor_size is not None and descriptor_size < DESCRIPTOR_SIZE:
-            raise SanError(WsaError.WSAEFAULT, f"a descriptor needs {DESCRIPTOR_SIZE} bytes, "
-                           f"{descriptor_size} offered", required_size=DESCRIPTOR_SIZE)
+        if descriptor_size is not None:
+            if type(descriptor_size) is not int and not _is_int(descriptor_size):
+                raise SanError(WsaError.WSAEINVAL, f"descriptor_size is an integer or None, "
+                                                   f"got {descriptor_size!r:.80}")
+            if descriptor_size < DESCRIPTOR_SIZE:
+                raise SanError(WsaError.WSAEFAULT, f"a descriptor needs {DESCRIPTOR_SIZE} bytes, "
+                               f"{descriptor_size} offered", required_size=DESCRIPTOR_SIZE)
         reg = self._register(sock, buffer, access, "rdma", sock.windows)
         return DESCRIPTOR.pack(reg.address, reg.length, reg.handle)
 
@@ -148,21 +164,27 @@ class EmulatedProvider:
         self._release(sock, reg, sock.windows)
 
     def registrations(self, socket: Any) -> Sequence[EmulatedRegistration]:
-        sock = socket if isinstance(socket, EmulatedSocket) else self._socket(socket)
-        return [*sock.handles.values(), *sock.windows.values()]
+        """Live registrations of one of our sockets (none once it is closed)."""
+        if type(socket) is not EmulatedSocket or socket.provider is not self:
+            self._socket(socket)  # raises, with the message
+        return [*socket.handles.values(), *socket.windows.values()]
 
     def getsockopt(self, socket: Any, option: int) -> int:
         self._socket(socket)
-        if option == SO_MAX_RDMA_SIZE:
-            return MAX_RDMA_SIZE
-        if option == SO_RDMA_THRESHOLD_SIZE:
-            return RDMA_THRESHOLD
-        raise SanError(WsaError.WSAEINVAL, f"unknown socket option {option:#x}")
+        if _is_int(option):
+            if option == SO_MAX_RDMA_SIZE:
+                return MAX_RDMA_SIZE
+            if option == SO_RDMA_THRESHOLD_SIZE:
+                return RDMA_THRESHOLD
+        raise SanError(WsaError.WSAEINVAL, f"unknown socket option {option!r:.80}")
 
     # -- data transfer --------------------------------------------------------------------
 
     def _post(self, socket: Any, buffers: Sequence[tuple[Any, int]], kind: str) -> EmulatedOperation:
         sock = self._connected(socket)
+        if type(buffers) is not list and type(buffers) is not tuple:
+            name = "local_buffers" if kind.startswith("rdma") else "buffers"
+            raise TypeError(f"{name} must be a list of (buffer, handle) pairs, got {buffers!r:.80}")
         if len(buffers) > MAX_SGE:
             raise SanError(WsaError.WSAEINVAL, f"{len(buffers)} buffers, at most {MAX_SGE}")
         if kind == "recv":
@@ -174,20 +196,47 @@ class EmulatedProvider:
             raise SanError(WsaError.WSAENETDOWN, f"{kind} queue of {sock!r} is full ({QUEUE_DEPTH})")
         return EmulatedOperation(sock, kind)
 
-    def _gather(self, op: EmulatedOperation, buffers: Sequence[tuple[Any, int]], need: int) -> bool:
-        """Check the local (buffer, handle) pairs like an HCA checks lkeys; keep the segments."""
+    def _gather(self, op: EmulatedOperation, buffers: Sequence[Any], need: int) -> bool:
+        """Check the local (buffer, handle) pairs like an HCA checks lkeys; keep the segments.
+
+        Every entry is checked first: one that is not a (buffer, handle) pair is a TypeError, a
+        buffer of negative length (or non-integer range) WSAEINVAL, at the call. Only when all are
+        well formed is anything marked in use. False: an lkey check failed (no byte may move: the
+        caller completes ``op`` LOCAL_PROTECTION). A zero-length entry moves nothing.
+        """
         sock = op.socket
+        process = sock._process
+        handles = sock.handles
+        regs: list[EmulatedRegistration] = []
+        segments = op.segments
         total = 0
-        for buffer, handle in buffers:
-            reg = sock.handles.get(handle) if type(handle) is int else None
-            if (reg is None or buffer.process is not sock.process or not reg.flags & need
-                    or buffer.address < reg.address
-                    or buffer.address + buffer.length > reg.address + reg.length):
-                return False
+        ok = True
+        for pair in buffers:
+            if (type(pair) is not tuple and type(pair) is not list) or len(pair) != 2:
+                raise _not_a_pair(op, buffers, pair)
+            buffer, handle = pair
+            if type(buffer) is EmulatedBuffer:
+                address, length, owner = buffer.address, buffer.length, buffer._process
+            else:
+                address, length, owner = _buffer_fields(buffer, _entry_name(op, buffers, pair))
+            if type(address) is not int or type(length) is not int or length < 0:
+                address, length = _range(address, length, _entry_name(op, buffers, pair))
+            if not ok:
+                continue  # the rest is still checked for malformed entries
+            reg = handles.get(handle) if type(handle) is int else None
+            if (reg is None or owner is not process or not reg.flags & need or address < reg.address
+                    or address + length > reg.address + reg.length):
+                ok = False
+                continue
+            regs.append(reg)
+            segments.append((reg.mem, reg.offset + address - reg.address, length))
+            total += length
+        if not ok:
+            segments.clear()
+            return False
+        for reg in regs:
             reg.in_use += 1
-            op.regs.append(reg)
-            op.segments.append((reg.mem, reg.offset + buffer.address - reg.address, buffer.length))
-            total += buffer.length
+        op.regs = regs
         op.nbytes = total
         return True
 
@@ -301,25 +350,62 @@ class EmulatedProvider:
             if peer.state is SocketState.CONNECTED or peer.state is SocketState.ERROR:
                 self._fabric.disconnect(peer, Status.CONNECTION_RESET)
         # The provider releases what the switch could not: memory of pending operations (R11).
-        self.release_all(sock)
+        self._release_all(sock)
         sock.state = SocketState.CLOSED
         self.sockets.remove(sock)
 
-    def release_all(self, sock: EmulatedSocket) -> None:
+    def _release_all(self, sock: EmulatedSocket) -> None:
         for table in (sock.handles, sock.windows):
             for reg in list(table.values()):
                 self._release(sock, reg, table, force=True)
 
     def hold(self, socket: EmulatedSocket) -> None:
-        socket.held = socket.held if socket.held is not None else []
+        """Fault injection: operations posted on ``socket`` stay pending until ``release_held``."""
+        sock = self._socket(socket)
+        sock.held = sock.held if sock.held is not None else []
 
     def release_held(self, socket: EmulatedSocket) -> None:
+        if type(socket) is not EmulatedSocket or socket.provider is not self:
+            self._socket(socket)  # raises (a closed socket of ours is fine: nothing is held there)
         held, socket.held = socket.held or [], None
         for op in held:
             if not op.done():
                 run = op.run
                 assert callable(run)
                 run(op)
+
+
+def _is_int(value: object) -> bool:
+    """An integer: an int (or an int subclass such as an IntEnum), but not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _buffer_fields(buffer: object, what: str) -> tuple[Any, Any, Any]:
+    """(address, length, process) of a buffer-like object that is not an EmulatedBuffer."""
+    try:
+        return buffer.address, buffer.length, buffer.process  # type: ignore[attr-defined]
+    except AttributeError:
+        raise TypeError(f"{what} must be a buffer (.address, .length, .process), got {buffer!r:.80}") from None
+
+
+def _range(address: object, length: object, what: str) -> tuple[int, int]:
+    """A buffer's (address, length) as ints; WSAEINVAL when they are not integers or the length is negative."""
+    if not _is_int(address) or not _is_int(length):
+        raise SanError(WsaError.WSAEINVAL, f"{what}: address and length must be integers, "
+                                           f"got {address!r:.40} and {length!r:.40}")
+    if length < 0:  # type: ignore[operator]
+        raise SanError(WsaError.WSAEINVAL, f"{what}: a negative length ({length}) is no range of memory")
+    return int(address), int(length)  # type: ignore[call-overload]
+
+
+def _entry_name(op: EmulatedOperation, buffers: Sequence[object], pair: object) -> str:
+    name = "local_buffers" if op.kind.startswith("rdma") else "buffers"
+    index = next(i for i, item in enumerate(buffers) if item is pair)
+    return f"{name}[{index}]"
+
+
+def _not_a_pair(op: EmulatedOperation, buffers: Sequence[object], pair: object) -> TypeError:
+    return TypeError(f"{_entry_name(op, buffers, pair)} is not a (buffer, handle) pair: {pair!r:.80}")
 
 
 def _deliver(send: EmulatedOperation, recv: EmulatedOperation) -> None:

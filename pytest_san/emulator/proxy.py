@@ -95,6 +95,8 @@ class EmulatedDmaAdapter:
     def allocate_common_buffer(self, length: int, cache_enabled: bool) -> tuple[int, int] | None:
         """(virtual, logical) of a physically contiguous buffer; logical is the physical address."""
         self._check_usable("allocate_common_buffer")
+        _integers("allocate_common_buffer", length=length)
+        _flag("allocate_common_buffer", "cache_enabled", cache_enabled)
         if length <= 0:
             return None
         memory = self._owner.memory
@@ -115,6 +117,8 @@ class EmulatedDmaAdapter:
     def free_common_buffer(self, length: int, logical: int, virtual: int, cache_enabled: bool) -> None:
         """Needs exactly the values allocate_common_buffer was called with and returned."""
         self._check_usable("free_common_buffer")
+        _integers("free_common_buffer", length=length, logical=logical, virtual=virtual)
+        _flag("free_common_buffer", "cache_enabled", cache_enabled)
         buf = self._buffers.get(logical)
         if buf is None:
             same = [lg for lg, b in self._buffers.items() if b.virtual == virtual]
@@ -182,13 +186,17 @@ class EmulatedProxy:
 
     @nolowmem.setter
     def nolowmem(self, value: bool) -> None:
-        self._nolowmem = bool(value)
+        if type(value) is not bool:
+            raise TypeError(f"nolowmem is True or False, got {value!r:.80}")
+        self._nolowmem = value
         self._min_address = FOUR_GIB if value else 0
 
     # -- P2: pinned pages (the hot path of every registration) -------------------------------
 
     def allocate(self, nbytes: int) -> EmulatedAllocation:
-        if self._fail_next or nbytes <= 0:
+        if self._fail_next or type(nbytes) is not int or nbytes <= 0:
+            if _is_int(nbytes) and type(nbytes) is not int:  # an int subclass (not bool): as its int
+                return self.allocate(int(nbytes))
             raise self._refusal(nbytes)
         size = (nbytes + _MASK) & ~_MASK  # inline: allocate is on every registration's path
         base = self._take(size, self._min_address)
@@ -211,6 +219,8 @@ class EmulatedProxy:
     def free(self, allocation: Allocation) -> None:
         # Membership in our own books refuses double frees and foreign objects alike.
         mine: EmulatedAllocation = allocation  # type: ignore[assignment]  # checked just below
+        if type(mine) is not EmulatedAllocation:
+            raise _einval(self._why_not_mine(allocation))
         try:
             self._allocations.remove(mine)
         except KeyError:
@@ -222,8 +232,8 @@ class EmulatedProxy:
             self._memory.free(runs)
 
     def _refusal(self, nbytes: int) -> SanError:
-        if nbytes <= 0:
-            return _einval(f"proxy of {self.node_name}: cannot allocate {nbytes} bytes")
+        if not _is_int(nbytes) or nbytes <= 0:
+            return _einval(f"proxy of {self.node_name}: cannot allocate {nbytes!r:.80} bytes")
         self._fail_next -= 1
         return SanError(WsaError.WSAENOBUFS, f"proxy of {self.node_name}: injected allocation failure")
 
@@ -234,10 +244,12 @@ class EmulatedProxy:
                         "(double free, or released by reset)")
             return (f"free: allocation #{allocation.id} belongs to the proxy of "
                     f"{allocation._owner.node_name}, not {self.node_name}")
-        return f"free: {allocation!r} is not an allocation of the proxy of {self.node_name}"
+        return f"free: {allocation!r:.80} is not an allocation of the proxy of {self.node_name}"
 
     def fail_next(self, count: int) -> None:
         """Fault injection: the next ``count`` calls to ``allocate`` raise WSAENOBUFS."""
+        if not _is_int(count):
+            raise TypeError(f"fail_next needs an integer count, got {count!r:.80}")
         if count < 0:
             raise ValueError(f"fail_next needs a count >= 0, got {count}")
         self._fail_next = count
@@ -246,7 +258,9 @@ class EmulatedProxy:
 
     def allocate_contiguous(self, nbytes: int, lowest: int, highest: int, boundary: int,
                             cache_type: CacheType) -> int | None:
+        _integers("allocate_contiguous", nbytes=nbytes, lowest=lowest, highest=highest, boundary=boundary)
         cache = self._cache_type(cache_type)
+        nbytes, lowest, highest, boundary = int(nbytes), int(lowest), int(highest), int(boundary)
         if nbytes <= 0 or lowest < 0 or highest < 0 or boundary < 0:
             raise _einval(f"allocate_contiguous({nbytes}, {lowest}, {highest}, {boundary}): "
                           "the size must be positive, addresses and boundary not negative")
@@ -259,6 +273,7 @@ class EmulatedProxy:
         return base
 
     def free_contiguous(self, base: int, nbytes: int, cache_type: CacheType) -> None:
+        _integers("free_contiguous", base=base, nbytes=nbytes)
         block = self._contiguous.get(base)
         if block is None:
             inside = [b for b, (n, _, _) in self._contiguous.items() if b <= base < b + n]
@@ -270,7 +285,7 @@ class EmulatedProxy:
         if nbytes != want_bytes:
             wrong.append(f"size {nbytes} differs from allocated {want_bytes}")
         try:
-            cache_ok = CacheType(cache_type) is want_cache
+            cache_ok = _is_int(cache_type) and CacheType(cache_type) is want_cache
         except ValueError:
             cache_ok = False
         if not cache_ok:
@@ -283,9 +298,11 @@ class EmulatedProxy:
     @staticmethod
     def _cache_type(value: CacheType) -> CacheType:
         try:
-            return CacheType(value)
+            if _is_int(value):  # True and 1.0 equal CACHED, but are no cache types
+                return CacheType(value)
         except ValueError:
-            raise _einval(f"unknown cache type {value!r}") from None
+            pass
+        raise _einval(f"unknown cache type {value!r:.80}")
 
     # -- P5: DMA adapters --------------------------------------------------------------------
 
@@ -296,7 +313,12 @@ class EmulatedProxy:
         if missing:
             raise _einval("get_dma_adapter: DEVICE_DESCRIPTION was not zero-initialised; "
                           f"uninitialised fields: {', '.join(missing)}")
-        problems = []
+        problems = [f"{name} must be an integer, got {getattr(description, name)!r:.40}"
+                    for name in _DESCRIPTION_INTS if not _is_int(getattr(description, name))]
+        problems += [f"{name} must be True or False, got {getattr(description, name)!r:.40}"
+                     for name in _DESCRIPTION_FLAGS if type(getattr(description, name)) is not bool]
+        if problems:
+            raise _einval(f"get_dma_adapter: {'; '.join(problems)}")
         if description.master is not True:
             problems.append("master must be True (a SAN NIC is a bus master)")
         if not (description.maximum_length or 0) > 0:
@@ -368,8 +390,29 @@ class EmulatedProxy:
         return f"<EmulatedProxy {self.node_name} nolowmem={self._nolowmem} live={self.live_allocations()}>"
 
 
+_DESCRIPTION_INTS = ("version", "maximum_length", "interface_type")
+_DESCRIPTION_FLAGS = ("master", "scatter_gather", "dma32", "dma64")
+
+
 def _einval(message: str) -> SanError:
     return SanError(WsaError.WSAEINVAL, message)
+
+
+def _is_int(value: object) -> bool:
+    """An integer: an int (or an int subclass such as an IntEnum), but not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integers(call: str, **values: object) -> None:
+    """WSAEINVAL, before anything changes, for a size or address that is not an integer (True, 1.0)."""
+    bad = [f"{name} {value!r:.40}" for name, value in values.items() if not _is_int(value)]
+    if bad:
+        raise _einval(f"{call}: not integers: {', '.join(bad)}")
+
+
+def _flag(call: str, name: str, value: object) -> None:
+    if type(value) is not bool:
+        raise _einval(f"{call}: {name} must be True or False, got {value!r:.40}")
 
 
 def _by_id(allocation: EmulatedAllocation) -> int:

@@ -84,6 +84,7 @@ class EmulatedOperation:
 
     def wait(self, timeout: float | None = 10.0) -> Completion:
         if self._completion is None:
+            timeout = _checked_timeout(timeout)
             self._waitable.wait_for(self.done, timeout)
         if self._completion is None:
             raise TimeoutError(f"{self.kind} on {self.socket} still pending after {timeout} s")
@@ -91,6 +92,17 @@ class EmulatedOperation:
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self._completion or 'pending'}>"
+
+
+def _checked_timeout(timeout: object) -> float | None:
+    """None (wait for ever) or a number of seconds; more than threading can wait is for ever."""
+    if timeout is None:
+        return None
+    if type(timeout) is not float and type(timeout) is not int:
+        raise TypeError(f"timeout is a number of seconds or None, got {timeout!r:.80}")
+    if timeout != timeout:
+        raise ValueError("timeout is NaN")
+    return None if timeout > threading.TIMEOUT_MAX else timeout
 
 
 class Waitable:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..protocols import Process, Socket
-from .endpoint import Endpoint
+from .endpoint import Endpoint, check_timeout
 
 if TYPE_CHECKING:
     from .switch import Switch
@@ -24,8 +24,12 @@ class Connection:
         self.message_size = message_size
         self.message_count = message_count
         self.trace: list[tuple[str, str]] = []  # (endpoint, provider call) made by the switch
-        self.local = Endpoint(self, "local", *a)
-        self.remote = Endpoint(self, "remote", *b)
+        self.local = Endpoint(self, "local", *a)  # releases what it built if it fails
+        try:
+            self.remote = Endpoint(self, "remote", *b)
+        except BaseException as exc:
+            self.local.abandon(exc)
+            raise
         self.local.peer, self.remote.peer = self.remote, self.local
 
     def read_mode(self, receiver: Endpoint) -> bool:
@@ -42,6 +46,7 @@ class Connection:
         return moved
 
     def run_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        check_timeout(timeout)
         deadline = time.monotonic() + timeout
         pause = 0.0
         while True:

@@ -51,12 +51,9 @@ class Endpoint:
         self.closed = False
         self.error: str | None = None
         count, size = conn.message_count, conn.message_size
-        # R9: exactly two virtually contiguous regions, one per direction.
-        self.send_region = process.alloc(count * size)
-        self.recv_region = process.alloc(count * size)
-        self.send_handle = self._call("register_memory", self.send_region, Access.READ)
-        self.recv_handle = self._call("register_memory", self.recv_region, Access.WRITE)
-        self.send_slots = [self.send_region.view(i * size, size) for i in range(count)]
+        self.send_handle: int | None = None
+        self.recv_handle: int | None = None
+        self.send_slots: list[Buffer] = []
         self.free_slots = collections.deque(range(count))
         self.sends: dict[int, PendingOperation] = {}  # slot -> send in flight
         self.recvs: collections.deque[tuple[int, PendingOperation]] = collections.deque()
@@ -69,8 +66,18 @@ class Endpoint:
         self.awaiting_read: collections.deque[_Outgoing] = collections.deque()  # read mode, sender side
         self.awaiting_sink: collections.deque[_Outgoing] = collections.deque()  # write mode, sender side
         self.writing: collections.deque[_Outgoing] = collections.deque()  # write mode, writes in flight
-        for slot in range(count):
-            self._post_recv(slot)
+        try:
+            # R9: exactly two virtually contiguous regions, one per direction.
+            self.send_region = process.alloc(count * size)
+            self.recv_region = process.alloc(count * size)
+            self.send_handle = self._call("register_memory", self.send_region, Access.READ)
+            self.recv_handle = self._call("register_memory", self.recv_region, Access.WRITE)
+            self.send_slots = [self.send_region.view(i * size, size) for i in range(count)]
+            for slot in range(count):
+                self._post_recv(slot)
+        except BaseException as exc:
+            self.abandon(exc)  # all or nothing: what was built is released before the failure is raised
+            raise
 
     # -- provider calls, traced so a scenario can see what the switch asked for (R9, R10)
 
@@ -81,12 +88,17 @@ class Endpoint:
     def _post_recv(self, slot: int) -> None:
         size = self.conn.message_size
         buf = self.recv_region.view(slot * size, size)
-        self.recvs.append((slot, self.provider.recv(self.socket, [(buf, self.recv_handle)])))
+        handle = self.recv_handle
+        assert handle is not None
+        self.recvs.append((slot, self.provider.recv(self.socket, [(buf, handle)])))
 
     # -- the application's side
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes | bytearray | memoryview) -> None:
         """Queue ``data`` for the peer: inline messages, or RDMA above the threshold (R10)."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"send takes bytes, got {data!r:.80}")
+        data = bytes(data)  # the same object when it is bytes already
         self._check()
         if len(data) > self.conn.rdma_threshold:
             source = self.process.alloc(len(data))
@@ -107,22 +119,31 @@ class Endpoint:
 
     def recv(self, nbytes: int, timeout: float = 10.0) -> bytes:
         """Exactly ``nbytes`` of the peer's data, in order."""
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool):
+            raise TypeError(f"recv takes a byte count, got {nbytes!r:.80}")
+        if nbytes < 0:
+            raise ValueError(f"recv of a negative byte count {nbytes}")
+        check_timeout(timeout)
         self.conn.run_until(lambda: self._ready() >= nbytes, timeout, f"{nbytes} bytes on {self.name}")
         out = bytes(self.stream[:nbytes])
         del self.stream[:nbytes]
         return out
 
     def close(self) -> None:
-        """R11: deregister every region no pending operation uses, then close the socket."""
+        """R11: deregister every region no pending operation uses, then close the socket.
+
+        Every release is attempted, and the socket closed, even when one of them fails; the first
+        failure is raised afterwards.
+        """
         if self.closed:
             return
         self.closed = True
         busy_recv = any(not op.done() for _, op in self.recvs)
         busy_send = any(not op.done() for op in self.sends.values())
         releases: list[tuple[str, Any]] = []
-        if not busy_send:
+        if not busy_send and self.send_handle is not None:
             releases.append(("deregister_memory", self.send_handle))
-        if not busy_recv:
+        if not busy_recv and self.recv_handle is not None:
             releases.append(("deregister_memory", self.recv_handle))
         for item in self.incoming:
             if item.handle is not None and not any(not op.done() for op in item.ops):
@@ -136,9 +157,22 @@ class Endpoint:
                 releases.append(("deregister_memory", out.handle))
         if self.socket.closed or not self.process.alive:
             return  # the socket is already gone (the process died): the provider released it
+        failure: Exception | None = None
         for method, key in releases:
-            self._call(method, key)
+            try:
+                self._call(method, key)
+            except Exception as exc:
+                failure = failure or exc
         self._call("close_socket")
+        if failure is not None:
+            raise failure
+
+    def abandon(self, failure: BaseException) -> None:
+        """Release what this endpoint built (a connect failed); a failure to do so is noted on ``failure``."""
+        try:
+            self.close()
+        except Exception as exc:
+            add_note(failure, f"while releasing the half-built {self.name} endpoint: {exc!r}")
 
     # -- progress
 
@@ -272,10 +306,27 @@ class Endpoint:
             self.credits -= 1
             buf = self.send_slots[slot]
             buf.write(raw)
-            self.sends[slot] = self.provider.send(self.socket, [(buf.view(0, len(raw)), self.send_handle)])
+            handle = self.send_handle
+            assert handle is not None
+            self.sends[slot] = self.provider.send(self.socket, [(buf.view(0, len(raw)), handle)])
             moved = True
         return moved
 
     def idle(self) -> bool:
         """Nothing of ours is waiting to be sent or transferred."""
         return not (self.outbox or self.awaiting_read or self.awaiting_sink or self.writing or self.reading)
+
+
+def add_note(failure: BaseException, note: str) -> None:
+    """``failure.add_note(note)`` where Python has it (3.11+)."""
+    add = getattr(failure, "add_note", None)
+    if add is not None:
+        add(note)
+
+
+def check_timeout(timeout: object) -> None:
+    """A timeout is a number of seconds (not a bool, not NaN)."""
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+        raise TypeError(f"timeout is a number of seconds, got {timeout!r:.80}")
+    if timeout != timeout:
+        raise ValueError("timeout is NaN")

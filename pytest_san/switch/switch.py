@@ -5,11 +5,40 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SanError, WsaError
-from ..protocols import Backend, Node, Process
+from ..protocols import Backend, Node, Process, Socket
 from ..types import SO_RDMA_THRESHOLD_SIZE
 from .connection import Connection
+from .endpoint import add_note
+from .session import HEADER, LENGTH
 
 RDMA_MODES = ("auto", "read", "write")
+OPTIONS = ("rdma_threshold", "rdma_mode", "message_size", "message_count")
+MAX_DESCRIPTOR = 48
+"""Room a message slot keeps for the peer's RDMA descriptor (a SRC_AVAIL message carries one)."""
+MIN_MESSAGE_SIZE = HEADER.size + LENGTH.size + MAX_DESCRIPTOR
+MAX_MESSAGE_SIZE = 1 << 20
+MAX_MESSAGE_COUNT = 1024
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_options(rdma_threshold: object, rdma_mode: object, message_size: object, message_count: object) -> None:
+    """TypeError or ValueError, naming the option, unless every option is usable."""
+    if rdma_threshold is not None:
+        if not _is_int(rdma_threshold):
+            raise TypeError(f"rdma_threshold is an integer or None, got {rdma_threshold!r:.80}")
+        if rdma_threshold < 0:  # type: ignore[operator]
+            raise ValueError(f"rdma_threshold must not be negative, got {rdma_threshold}")
+    if type(rdma_mode) is not str or rdma_mode not in RDMA_MODES:
+        raise ValueError(f"rdma_mode must be one of {RDMA_MODES}, got {rdma_mode!r:.80}")
+    for name, value, low, high in (("message_size", message_size, MIN_MESSAGE_SIZE, MAX_MESSAGE_SIZE),
+                                   ("message_count", message_count, 1, MAX_MESSAGE_COUNT)):
+        if not _is_int(value):
+            raise TypeError(f"{name} is an integer, got {value!r:.80}")
+        if not low <= value <= high:  # type: ignore[operator]
+            raise ValueError(f"{name} must be {low}..{high}, got {value}")
 
 
 class Switch:
@@ -17,8 +46,7 @@ class Switch:
 
     def __init__(self, backend: Backend, *, message_size: int = 4096, message_count: int = 8,
                  rdma_threshold: int | None = None, rdma_mode: str = "auto") -> None:
-        if rdma_mode not in RDMA_MODES:
-            raise ValueError(f"rdma_mode must be one of {RDMA_MODES}, got {rdma_mode!r}")
+        check_options(rdma_threshold, rdma_mode, message_size, message_count)
         self.backend = backend
         self.message_size = message_size
         self.message_count = message_count
@@ -26,32 +54,44 @@ class Switch:
         self.rdma_mode = rdma_mode
         self.connections: list[Connection] = []
 
-    def _process(self, where: Node | Process | None, default: int) -> Process:
+    def _process(self, where: Node | Process | None, default: int, name: str) -> Process:
         if where is None:
             nodes = self.backend.nodes
             return nodes[min(default, len(nodes) - 1)].default_process
         if isinstance(where, Node):
             return where.default_process
-        return where
+        if isinstance(where, Process):
+            return where
+        raise TypeError(f"{name} must be a node, a process or None, got {where!r:.80}")
 
     def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,
                 **options: Any) -> Connection:
-        """A connected socket pair between ``process`` (default: first node) and ``peer`` (second)."""
-        a = self._process(process, 0)
-        b = self._process(peer, 1)
+        """A connected socket pair between ``process`` (default: first node) and ``peer`` (second).
+
+        All or nothing: every argument is checked before anything is built, and a connect that
+        fails later (a registration refused, a receive queue too short) releases everything it
+        had built -- its registrations, receives and both sockets -- before it raises.
+        """
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown connect() options: {', '.join(unknown)}")
+        threshold = options.get("rdma_threshold", self.rdma_threshold)
+        mode = options.get("rdma_mode", self.rdma_mode)
+        size = options.get("message_size", self.message_size)
+        count = options.get("message_count", self.message_count)
+        check_options(threshold, mode, size, count)
+        a = self._process(process, 0, "process")
+        b = self._process(peer, 1, "peer")
         sa, sb = self.backend.connect_sockets(a, b)
-        threshold = options.pop("rdma_threshold", self.rdma_threshold)
-        if threshold is None:
-            threshold = a.node.provider.getsockopt(sa, SO_RDMA_THRESHOLD_SIZE)
-        conn = Connection(
-            self, (sa, a), (sb, b),
-            rdma_threshold=threshold,
-            rdma_mode=options.pop("rdma_mode", self.rdma_mode),
-            message_size=options.pop("message_size", self.message_size),
-            message_count=options.pop("message_count", self.message_count),
-        )
-        if options:
-            raise TypeError(f"unknown connect() options: {', '.join(sorted(options))}")
+        try:
+            if threshold is None:
+                threshold = a.node.provider.getsockopt(sa, SO_RDMA_THRESHOLD_SIZE)
+            conn = Connection(self, (sa, a), (sb, b), rdma_threshold=threshold, rdma_mode=mode,
+                              message_size=size, message_count=count)
+        except BaseException as exc:
+            for sock, owner in ((sa, a), (sb, b)):
+                _close_quietly(exc, sock, owner)
+            raise
         self.connections.append(conn)
         return conn
 
@@ -68,3 +108,12 @@ class Switch:
         self.connections.clear()
         if errors:
             raise SanError(WsaError.WSAEINVAL, "closing left errors: " + "; ".join(errors))
+
+
+def _close_quietly(failure: BaseException, sock: Socket, owner: Process) -> None:
+    """Close ``sock`` unless it is gone already; a failure to do so is noted on ``failure``, not raised."""
+    try:
+        if not sock.closed and owner.alive:
+            owner.node.provider.close_socket(sock)
+    except Exception as exc:  # the connect's own failure is the one to report
+        add_note(failure, f"while releasing the half-built connection, closing {sock!r} failed: {exc!r}")

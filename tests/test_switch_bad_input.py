@@ -1,0 +1,156 @@
+"""The switch is all or nothing (issue 9, SPEC.md section 6): a connect that fails releases what it built.
+
+Run on the emulator, where every socket, registration and proxy allocation can be counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pytest_san import SanError, Switch, WsaError
+from pytest_san.emulator import EmulatorBackend
+from pytest_san.emulator.provider import QUEUE_DEPTH
+
+
+@pytest.fixture
+def backend() -> Iterator[EmulatorBackend]:
+    b = EmulatorBackend()
+    yield b
+    b.close()
+
+
+def _state(backend: EmulatorBackend) -> tuple[object, ...]:
+    return (backend.leaks(), [s for s in backend.sockets() if not s.closed],
+            [n.base_proxy.live_allocations() for n in backend.nodes],
+            [len(p.sockets) for n in backend.nodes for p in n.processes if p.alive and not
+             all(s.closed for s in p.sockets)])
+
+
+def _works(switch: Switch) -> None:
+    """A connect after the failed one still works, sends, and closes clean."""
+    conn = switch.connect()
+    conn.local.send(b"still fine")
+    assert conn.remote.recv(10) == b"still fine"
+
+
+@pytest.mark.parametrize("side", [0, 1])
+def test_connect_failing_on_a_refused_allocation_releases_everything(backend: EmulatorBackend, side: int) -> None:
+    switch = Switch(backend)
+    before = _state(backend)
+    backend.faults.fail_allocations(backend.nodes[side], 1)  # side 1: after the local end is complete
+    with pytest.raises(SanError) as info:
+        switch.connect()
+    assert info.value.code is WsaError.WSAENOBUFS
+    assert _state(backend) == before  # no registration, no open socket, no proxy allocation
+    assert backend.leaks() == [] and switch.connections == []
+    _works(switch)
+    switch.close_all()
+    assert backend.leaks() == []
+
+
+def test_connect_failing_on_a_full_receive_queue_releases_everything(backend: EmulatorBackend) -> None:
+    switch = Switch(backend)
+    before = _state(backend)
+    with pytest.raises(SanError) as info:
+        switch.connect(message_count=QUEUE_DEPTH + 1, message_size=64)  # more receives than the queue holds
+    assert info.value.code is WsaError.WSAENETDOWN
+    assert _state(backend) == before
+    _works(switch)
+    switch.close_all()
+    assert backend.leaks() == []
+
+
+def test_connect_to_a_dead_process_builds_nothing(backend: EmulatorBackend) -> None:
+    switch = Switch(backend)
+    victim = backend.nodes[1].spawn_process()
+    victim.kill()
+    before = _state(backend)
+    with pytest.raises(SanError):
+        switch.connect(peer=victim)
+    assert _state(backend) == before
+
+
+@pytest.mark.parametrize(("options", "error"), [
+    ({"bogus": 1}, TypeError),
+    ({"rdma_threshold": 1024, "messagesize": 64}, TypeError),
+    ({"message_size": "4096"}, TypeError),
+    ({"message_size": 4096.0}, TypeError),
+    ({"message_size": True}, TypeError),
+    ({"message_size": 8}, ValueError),  # no room for a message header and a descriptor
+    ({"message_size": 0}, ValueError),
+    ({"message_size": 1 << 40}, ValueError),
+    ({"message_count": 0}, ValueError),
+    ({"message_count": -1}, ValueError),
+    ({"message_count": None}, TypeError),
+    ({"rdma_threshold": -1}, ValueError),
+    ({"rdma_threshold": "big"}, TypeError),
+    ({"rdma_threshold": 1.5}, TypeError),
+    ({"rdma_mode": "fast"}, ValueError),
+    ({"rdma_mode": None}, ValueError),
+    ({"rdma_mode": ["read"]}, ValueError),
+    ({"peer": "node1"}, TypeError),
+    ({"peer": 1}, TypeError),
+    ({"process": object()}, TypeError),
+])
+def test_connect_with_bad_arguments_raises_before_building_anything(backend: EmulatorBackend,
+                                                                     options: dict[str, Any],
+                                                                     error: type[Exception]) -> None:
+    switch = Switch(backend)
+    before = _state(backend)
+    with pytest.raises(error):
+        switch.connect(**options)
+    assert _state(backend) == before and switch.connections == []
+    _works(switch)
+    switch.close_all()
+
+
+def test_connect_to_a_node_of_another_backend_builds_nothing(backend: EmulatorBackend) -> None:
+    other = EmulatorBackend(2)
+    switch = Switch(backend)
+    before = _state(backend)
+    with pytest.raises(ValueError):
+        switch.connect(peer=other.nodes[1])
+    assert _state(backend) == before and other.sockets() == []
+
+
+@pytest.mark.parametrize("options", [{"message_size": "4096"}, {"rdma_mode": "fast"}, {"message_count": 0},
+                                     {"rdma_threshold": -5}])
+def test_switch_refuses_bad_defaults(backend: EmulatorBackend, options: dict[str, Any]) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        Switch(backend, **options)
+
+
+def test_endpoint_calls_refuse_bad_arguments_and_keep_working(backend: EmulatorBackend) -> None:
+    switch = Switch(backend)
+    conn = switch.connect()
+    for data in (None, "text", 5, [b"x"]):
+        with pytest.raises(TypeError):
+            conn.local.send(data)  # type: ignore[arg-type]
+    for nbytes, timeout in ((None, 1.0), (1.5, 1.0), (True, 1.0), ("4", 1.0), (4, "1"), (4, None)):
+        with pytest.raises(TypeError):
+            conn.remote.recv(nbytes, timeout)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        conn.remote.recv(-1)
+    with pytest.raises(TypeError):
+        conn.flush("soon")  # type: ignore[arg-type]
+    conn.local.send(memoryview(b"abcd"))
+    conn.local.send(bytearray(b"efgh"))
+    assert conn.remote.recv(8) == b"abcdefgh"
+    switch.close_all()
+    assert backend.leaks() == []
+
+
+def test_close_releases_the_rest_even_when_one_release_fails(backend: EmulatorBackend) -> None:
+    switch = Switch(backend)
+    conn = switch.connect()
+    end = conn.local
+    end.provider.deregister_memory(end.socket, end.send_handle)  # behind the switch's back
+    with pytest.raises(SanError) as info:
+        end.close()
+    assert info.value.code is WsaError.WSAEINVAL
+    assert end.socket.closed  # closed anyway: the provider released the receive region
+    conn.remote.close()
+    assert backend.leaks() == []
