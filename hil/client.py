@@ -65,7 +65,7 @@ class AgentClient:
         self.call_timeout = call_timeout
         self._ids = itertools.count(1)
         directory, self.content_hash = push_agent(transport)
-        argv = [host.python_interpreter, f"{directory}/hil/agent/__main__.py", "--engine", host.engine,
+        argv = [*host.python_argv, f"{directory}/hil/agent/__main__.py", "--engine", host.engine,
                 "--host", host.name, "--hash", self.content_hash,
                 "--options", json.dumps(self._engine_options())]
         if lease is not None:

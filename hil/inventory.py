@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -47,7 +48,7 @@ class HostConfig:
     port: int = DEFAULT_PORT  # ansible_port
     user: str | None = None  # ansible_user; None: ssh config / current user
     key_file: Path | None = None  # ansible_ssh_private_key_file, absolute
-    python_interpreter: str = DEFAULT_PYTHON  # ansible_python_interpreter
+    python_interpreter: str = DEFAULT_PYTHON  # ansible_python_interpreter: a command line, as Ansible reads it
     connection: Connection = "ssh"  # ansible_connection
     engine: Engine = "verbs"  # san_engine
     device: str | None = None  # san_device; None: first active port
@@ -57,6 +58,11 @@ class HostConfig:
     known_hosts: Path | None = None  # san_known_hosts, absolute
     groups: tuple[str, ...] = ()  # groups holding the host (not "all"), in the order their vars apply
     extra: Mapping[str, object] = field(default_factory=dict, hash=False)  # other vars, unvalidated
+
+    @property
+    def python_argv(self) -> list[str]:
+        """How the agent's command line starts: ``/usr/bin/env python3`` is two words, as in a shebang."""
+        return shlex.split(self.python_interpreter)
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,38 @@ def _text(value: object, src: _Source) -> str:
     return value
 
 
+# A host's inventory name (it travels on the agent's command line) and its address: never an option.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_:][A-Za-z0-9._:%-]{0,252}")
+_HOST_RULE = "letters, digits, '.', '_', '-', ':' or '%', not starting with '-' or '.'"
+
+
+def _address(value: object, src: _Source) -> str:
+    text = _text(value, src)
+    if not _HOST_NAME.fullmatch(text):
+        raise _Bad(f"not a host name or address ({_HOST_RULE}): {_show(text)}")
+    return text
+
+
+_DISCOVERY = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
+
+
+def _interpreter(value: object, src: _Source) -> str:
+    """A command line split like a shell (and Ansible) would: ``/usr/bin/env python3`` is two words."""
+    text = _text(value, src)
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise _Bad(f"cannot split {_show(text)} into words: {exc}") from None
+    if not words:
+        raise _Bad(f"expected an interpreter, got {_show(text)}")
+    if words[0] in _DISCOVERY:
+        raise _Bad(f"Ansible's interpreter discovery ({words[0]!r}) is not supported: give the interpreter, "
+                   f"e.g. {DEFAULT_PYTHON}")
+    if words[0].startswith("-"):
+        raise _Bad(f"expected an interpreter before any option, got {_show(text)}")
+    return text
+
+
 def _integer(low: int, high: int | None, wanted: str) -> _Parser:
     def parse(value: object, src: _Source) -> int:
         # Digit strings are accepted because host strings (and some inventories) carry text.
@@ -151,10 +189,17 @@ def _choice(options: tuple[str, ...]) -> _Parser:
 
 def _file(value: object, src: _Source) -> Path:
     given = _text(value, src)
-    path = Path(given).expanduser()
+    try:
+        path = Path(given).expanduser()
+    except RuntimeError as exc:  # ~user of an unknown user
+        raise _Bad(f"{exc} (from {given!r})") from None
     if not path.is_absolute():  # relative to the inventory, so the lab directory can move as a whole
         path = src.base / path
-    if src.check_files and not path.is_file():
+    try:
+        found = not src.check_files or path.is_file()
+    except OSError as exc:
+        raise _Bad(f"cannot check {str(path)!r}: {exc.strerror or exc} (from {given!r})") from None
+    if not found:
         raise _Bad(f"file not found: {str(path)!r} (from {given!r})")
     return path
 
@@ -165,11 +210,11 @@ def _optional(parse: _Parser) -> _Parser:
 
 # inventory key -> (HostConfig field, parser)
 _KEYS: dict[str, tuple[str, _Parser]] = {
-    "ansible_host": ("host", _text),
+    "ansible_host": ("host", _address),
     "ansible_port": ("port", _integer(1, 65535, "an integer 1-65535")),
     "ansible_user": ("user", _optional(_text)),
     "ansible_ssh_private_key_file": ("key_file", _optional(_file)),
-    "ansible_python_interpreter": ("python_interpreter", _text),
+    "ansible_python_interpreter": ("python_interpreter", _interpreter),
     "ansible_connection": ("connection", _choice(("ssh", "local"))),
     "san_engine": ("engine", _choice(("verbs", "emulator"))),
     "san_device": ("device", _optional(_text)),
@@ -192,9 +237,88 @@ _PASSWORD_KEYS = frozenset(
         "ansible_become_pass",
         "ansible_become_password",
         "ansible_sudo_pass",
+        "ansible_ssh_private_key_passphrase",
     }
 )
 _NO_PASSWORDS = "passwords are not accepted; use SSH keys or ssh-agent"
+
+# Other ansible_ keys. An alias would be silently ignored (and the host reached some other way), so it is
+# an error; Ansible's own connection, privilege and shell settings are kept in ``extra`` and ignored on
+# purpose; anything else (a typo above all) is an error.
+_ANSIBLE_ALIASES = {
+    "ansible_ssh_host": "ansible_host",
+    "ansible_ssh_port": "ansible_port",
+    "ansible_ssh_user": "ansible_user",
+    "ansible_private_key_file": "ansible_ssh_private_key_file",
+}
+_ANSIBLE_IGNORED = frozenset(
+    {
+        "ansible_become", "ansible_become_method", "ansible_become_user", "ansible_become_exe",
+        "ansible_become_flags", "ansible_sudo", "ansible_sudo_user", "ansible_sudo_exe", "ansible_sudo_flags",
+        "ansible_su", "ansible_su_user", "ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args",
+        "ansible_sftp_extra_args", "ansible_scp_extra_args", "ansible_ssh_executable", "ansible_ssh_pipelining",
+        "ansible_pipelining", "ansible_ssh_retries", "ansible_ssh_timeout", "ansible_timeout",
+        "ansible_ssh_transfer_method", "ansible_scp_if_ssh", "ansible_sftp_batch_mode", "ansible_ssh_use_tty",
+        "ansible_control_path", "ansible_control_path_dir", "ansible_host_key_checking",
+        "ansible_ssh_host_key_checking", "ansible_sshpass_prompt", "ansible_shell_type",
+        "ansible_shell_executable", "ansible_remote_tmp", "ansible_keep_remote_files", "ansible_async_dir",
+        "ansible_module_compression", "ansible_network_os", "ansible_connection_timeout",
+        "ansible_command_timeout",
+    }
+)
+# Families of other connection and become plugins' settings (after the typo check).
+_ANSIBLE_IGNORED_PREFIXES = (
+    "ansible_become_", "ansible_winrm_", "ansible_psrp_", "ansible_docker_", "ansible_podman_",
+    "ansible_paramiko_", "ansible_libssh_", "ansible_netconf_", "ansible_httpapi_", "ansible_network_",
+    "ansible_kubectl_",
+)
+_ANSIBLE_READ = sorted(k for k in _KEYS if k.startswith("ansible_"))
+_ANSIBLE_KNOWN = sorted({*_ANSIBLE_READ, *_ANSIBLE_IGNORED, *_ANSIBLE_ALIASES, *_PASSWORD_KEYS})
+
+
+def _ansible_key(key: str) -> str | None:
+    """Why an ansible_ key pytest-san does not read is an error, or None when it is ignored on purpose."""
+    if key in _ANSIBLE_ALIASES:
+        return f"Ansible's other name for {_ANSIBLE_ALIASES[key]}; write that (pytest-san reads only that name)"
+    if key in _ANSIBLE_IGNORED:
+        return None
+    language = re.fullmatch(r"ansible_(\w+)_interpreter", key)
+    if language and difflib.SequenceMatcher(None, language.group(1), "python").ratio() < 0.75:
+        return None  # ansible_perl_interpreter and the like: not for us
+    close = difflib.get_close_matches(key, _ANSIBLE_KNOWN, n=1, cutoff=0.85)
+    if not close and not language and key.startswith(_ANSIBLE_IGNORED_PREFIXES):
+        return None
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return (f"unknown Ansible variable{hint}; pytest-san reads {', '.join(_ANSIBLE_READ)} and ignores "
+            "Ansible's other connection, become and shell settings")
+
+
+# Control characters (NUL above all) have no place in a value we use; in vars we only pass along, the
+# layout characters tab, newline and carriage return are allowed (a multi-line value is legitimate YAML).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_LAYOUT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _control(value: object, pattern: re.Pattern[str], seen: set[int] | None = None) -> str | None:
+    """The first string in ``value`` (nested keys and items included) holding a control character."""
+    if isinstance(value, str):
+        return value if pattern.search(value) else None
+    if not isinstance(value, (dict, list, tuple, set, frozenset)):
+        return None
+    seen = set() if seen is None else seen
+    if id(value) in seen:  # YAML aliases share (and may nest) containers
+        return None
+    seen.add(id(value))
+    items = [x for pair in value.items() for x in pair] if isinstance(value, dict) else list(value)
+    return next((found for item in items if (found := _control(item, pattern, seen)) is not None), None)
+
+
+def _no_control(text: object, src: _Source, *where: str, pattern: re.Pattern[str] = _CONTROL) -> None:
+    found = _control(text, pattern)
+    if found is not None:
+        char = pattern.search(found)
+        assert char is not None
+        raise src.error(*where, f"control character {char.group()!r} in {_show(found)}; remove it")
 
 
 def _parse_vars(raw: object, src: _Source, where: str) -> dict[str, object]:
@@ -207,8 +331,11 @@ def _parse_vars(raw: object, src: _Source, where: str) -> dict[str, object]:
     for key, value in raw.items():
         if not isinstance(key, str):
             raise src.error(where, f"variable names must be strings, got {_show(key)}")
+        _no_control(key, src, where, "variable name")
         if key in _PASSWORD_KEYS:
             raise src.error(where, key, _NO_PASSWORDS)
+        ours = key in _KEYS or key in _EXTRA_KEYS
+        _no_control(value, src, where, key, pattern=_CONTROL if ours else _CONTROL_BUT_LAYOUT)
         if key in _KEYS:
             try:
                 out[key] = _KEYS[key][1](value, src)
@@ -223,9 +350,16 @@ def _parse_vars(raw: object, src: _Source, where: str) -> dict[str, object]:
             close = difflib.get_close_matches(key, _SAN_KEYS, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise src.error(where, key, f"unknown key{hint}; known san_ keys: {', '.join(_SAN_KEYS)}")
+        elif key.startswith("ansible_") and (why := _ansible_key(key)) is not None:
+            raise src.error(where, key, why)
         else:
             out[key] = value
     return out
+
+
+def _check_host_name(name: str, src: _Source) -> None:
+    if not _HOST_NAME.fullmatch(name):
+        raise src.error(f"host {_show(name)}", f"not a usable host name ({_HOST_RULE})")
 
 
 def _make_host(name: str, variables: Mapping[str, object], groups: tuple[str, ...]) -> HostConfig:
@@ -252,6 +386,11 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
         if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *anchor" may legitimately repeat keys
             continue
         key = loader.construct_object(key_node)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a {type(key).__name__} cannot be a key", key_node.start_mark) from None
         if isinstance(key, (str, int, float, bool)) and key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
@@ -292,6 +431,7 @@ class _Reader:
         for host, host_body in self._entries(body.get("hosts"), where, "hosts", "host names"):
             if re.search(r"\[.*:.*\]", host):  # Ansible's node[1:3] ranges would otherwise be a hostname
                 raise self.src.error(f"host {host!r}", "host ranges are not supported; list each host")
+            _check_host_name(host, self.src)
             variables = _parse_vars(host_body, self.src, f"host {host!r}")
             self.host_vars.setdefault(host, {}).update(variables)
             if host not in self.direct_hosts[name]:
@@ -309,6 +449,7 @@ class _Reader:
         for key in raw:
             if not isinstance(key, str) or not key:
                 raise self.src.error(where, f"{section}: {what} must be non-empty strings, got {_show(key)}")
+            _no_control(key, self.src, where, section)
         return list(raw.items())
 
     def inventory(self, path: Path) -> Inventory:
@@ -370,6 +511,8 @@ def load_inventory(path: str | Path, *, check_files: bool = True) -> Inventory:
         raise src.error(f"cannot read inventory: {exc}") from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)
+    except RecursionError:
+        raise src.error("YAML error: nested too deeply") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -384,8 +527,11 @@ def load_inventory(path: str | Path, *, check_files: bool = True) -> Inventory:
     if others:  # Ansible would accept these as children of all; we ask for one explicit tree
         raise src.error(f"unexpected top-level key {_show(others[0])}; put groups under all: children:")
     reader = _Reader(src)
-    reader.group("all", data["all"])
-    return reader.inventory(path)
+    try:
+        reader.group("all", data["all"])
+        return reader.inventory(path)
+    except RecursionError:
+        raise src.error("groups nested too deeply") from None
 
 
 # --- host strings ----------------------------------------------------------------------------------
@@ -410,7 +556,10 @@ def parse_host_string(spec: str, *, check_files: bool = True) -> HostConfig:
     key_file, python_interpreter); relative paths resolve against the current directory.
     """
     src = _Source(f"host string {spec!r}", Path.cwd(), check_files)
-    parts = urlsplit(spec if "://" in spec else f"ssh://{spec}")
+    try:
+        parts = urlsplit(spec if "://" in spec else f"ssh://{spec}")
+    except ValueError as exc:  # "Invalid IPv6 URL"
+        raise src.error(str(exc)) from None
     if parts.scheme not in ("ssh", "local"):
         raise src.error(f"expected ssh:// or local://, got {parts.scheme!r}://")
     if parts.path not in ("", "/") or parts.fragment:
@@ -453,4 +602,5 @@ def _split_host_port(hostport: str, src: _Source) -> tuple[str, str | None]:
         port = port_text if colon else None
     if not host:
         raise src.error("no host name")
+    _check_host_name(host, src)
     return host, port

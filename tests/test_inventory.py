@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
 import textwrap
 from pathlib import Path
 
@@ -534,3 +537,202 @@ def test_host_string_missing_key_file(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_recursive_yaml_anchor_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "all: &top\n  children:\n    g: *top\n")
     assert fails(path) == f"{path}: line 1, column 6: YAML error: found unconstructable recursive node"
+
+
+# --- host names, Ansible keys, interpreters and control characters (issue 9) -------------------------
+
+
+@pytest.mark.parametrize("name", ["-oProxyCommand=touch /tmp/x", "-x", ".hidden", "a b", "a/b", "a;b", "nöde", "'"])
+def test_a_host_name_that_is_not_one_is_refused(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path, f"all:\n  hosts:\n    {yaml_quote(name)}:\n")
+    assert fails(path) == (
+        f"{path}: host {name!r}: not a usable host name (letters, digits, '.', '_', '-', ':' or '%', "
+        "not starting with '-' or '.')"
+    )
+
+
+def test_host_names_and_addresses_that_are_fine(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        all:
+          hosts:
+            node-1.lab.example: {ansible_host: 10.0.0.1}
+            lab_2: {ansible_host: "fe80::1%eth0"}
+            "::1":
+            10.0.0.3:
+        """)
+    hosts = load_inventory(path).hosts
+    assert list(hosts) == ["node-1.lab.example", "lab_2", "::1", "10.0.0.3"]
+    assert hosts["lab_2"].host == "fe80::1%eth0" and hosts["::1"].host == "::1"
+
+
+def test_an_address_that_is_an_option_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "all:\n  hosts:\n    n1: {ansible_host: -oProxyCommand=evil}\n")
+    assert fails(path) == (
+        f"{path}: host 'n1': ansible_host: not a host name or address (letters, digits, '.', '_', '-', ':' or '%', "
+        "not starting with '-' or '.'): '-oProxyCommand=evil'"
+    )
+
+
+def test_a_host_string_with_an_option_for_a_host_is_refused() -> None:
+    with pytest.raises(InventoryError, match=r"^host string 'ssh://-x:22': host '-x': not a usable host name"):
+        parse_host_string("ssh://-x:22")
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("ansible_prot", "ansible_port"),
+        ("ansible_hsot", "ansible_host"),
+        ("ansible_usr", "ansible_user"),
+        ("ansible_ssh_private_keyfile", "ansible_ssh_private_key_file"),
+        ("ansible_pyhton_interpreter", "ansible_python_interpreter"),
+        ("ansible_python3_interpreter", "ansible_python_interpreter"),
+        ("ansible_conection", "ansible_connection"),
+        ("ansible_become_usr", "ansible_become_user"),
+    ],
+)
+def test_a_misspelled_ansible_key_is_an_error_with_a_suggestion(tmp_path: Path, key: str, meant: str) -> None:
+    path = write(tmp_path, f"all:\n  hosts:\n    node1: {{{key}: x}}\n")
+    assert fails(path).startswith(
+        f"{path}: host 'node1': {key}: unknown Ansible variable (did you mean {meant}?); pytest-san reads "
+        "ansible_connection, ansible_host, ansible_port, ansible_python_interpreter, ansible_ssh_private_key_file, "
+        "ansible_user and ignores"
+    )
+
+
+def test_an_unknown_ansible_key_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "all:\n  vars: {ansible_frobnicate: 1}\n")
+    assert fails(path) == (
+        f"{path}: group 'all': vars: ansible_frobnicate: unknown Ansible variable; pytest-san reads "
+        "ansible_connection, ansible_host, ansible_port, ansible_python_interpreter, ansible_ssh_private_key_file, "
+        "ansible_user and ignores Ansible's other connection, become and shell settings"
+    )
+
+
+@pytest.mark.parametrize(("key", "meant"), [("ansible_ssh_host", "ansible_host"), ("ansible_ssh_port", "ansible_port"),
+                                            ("ansible_ssh_user", "ansible_user"),
+                                            ("ansible_private_key_file", "ansible_ssh_private_key_file")])
+def test_ansible_aliases_are_errors_not_silently_ignored(tmp_path: Path, key: str, meant: str) -> None:
+    path = write(tmp_path, f"all:\n  hosts:\n    node1: {{{key}: x}}\n")
+    assert fails(path) == (
+        f"{path}: host 'node1': {key}: Ansible's other name for {meant}; write that (pytest-san reads only that name)"
+    )
+
+
+def test_ansible_settings_ignored_on_purpose_are_kept_in_extra(tmp_path: Path) -> None:
+    keys = ["ansible_become", "ansible_become_flags", "ansible_become_plugin_option", "ansible_ssh_common_args",
+            "ansible_ssh_pipelining", "ansible_remote_tmp", "ansible_shell_type", "ansible_perl_interpreter",
+            "ansible_ruby_interpreter", "ansible_winrm_transport", "ansible_network_os", "ansible_timeout"]
+    path = write(tmp_path, "all:\n  hosts:\n    node1: {" + ", ".join(f"{k}: v" for k in keys) + "}\n")
+    assert load_inventory(path).hosts["node1"].extra == dict.fromkeys(keys, "v")
+
+
+def test_an_interpreter_is_a_command_line(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        all:
+          hosts:
+            a: {ansible_python_interpreter: /usr/bin/env python3}
+            b: {ansible_python_interpreter: "'/opt/my python/bin/python3' -X utf8"}
+            c: {ansible_python_interpreter: /usr/bin/python3.11}
+        """)
+    hosts = load_inventory(path).hosts
+    assert hosts["a"].python_argv == ["/usr/bin/env", "python3"]
+    assert hosts["b"].python_argv == ["/opt/my python/bin/python3", "-X", "utf8"]
+    assert hosts["c"].python_argv == ["/usr/bin/python3.11"]
+    assert HostConfig(name="d", host="d").python_argv == ["/usr/bin/python3"]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("auto", "Ansible's interpreter discovery ('auto') is not supported: give the interpreter, e.g. /usr/bin/"),
+        ("auto_silent", "Ansible's interpreter discovery ('auto_silent') is not supported"),
+        ("-c print", "expected an interpreter before any option, got '-c print'"),
+        ("\"'/usr/bin/python3\"", "cannot split \"'/usr/bin/python3\" into words: No closing quotation"),
+        ("\"  \"", "expected an interpreter, got '  '"),
+    ],
+)
+def test_bad_interpreters(tmp_path: Path, value: str, expected: str) -> None:
+    path = write(tmp_path, f"all:\n  hosts:\n    node1: {{ansible_python_interpreter: {value}}}\n")
+    assert fails(path).startswith(f"{path}: host 'node1': ansible_python_interpreter: {expected}")
+
+
+@pytest.mark.parametrize(
+    ("entry", "where", "char", "shown"),
+    [
+        ('san_device: "rxe\\0"', "host 'node1': san_device", "\\x00", "'rxe\\x00'"),
+        ('ansible_user: "ro\\x01ot"', "host 'node1': ansible_user", "\\x01", "'ro\\x01ot'"),
+        ('ansible_python_interpreter: "/usr/bin/python3\\0"', "host 'node1': ansible_python_interpreter", "\\x00",
+         "'/usr/bin/python3\\x00'"),
+        ('san_known_hosts: "kh\\0"', "host 'node1': san_known_hosts", "\\x00", "'kh\\x00'"),
+        ('san_device: "rxe\\t0"', "host 'node1': san_device", "\\t", "'rxe\\t0'"),
+        ('san_remote_tmp: "/tmp\\n"', "host 'node1': san_remote_tmp", "\\n", "'/tmp\\n'"),
+        ('notes: "a\\0b"', "host 'node1': notes", "\\x00", "'a\\x00b'"),
+        ('rack: [1, {shelf: "x\\x7f"}]', "host 'node1': rack", "\\x7f", "'x\\x7f'"),
+        ('"na\\0me": 1', "host 'node1': variable name", "\\x00", "'na\\x00me'"),
+    ],
+)
+def test_control_characters_are_refused_naming_host_and_key(tmp_path: Path, entry: str, where: str, char: str,
+                                                            shown: str) -> None:
+    path = write(tmp_path, f"all:\n  hosts:\n    node1: {{{entry}}}\n")
+    assert fails(path) == f"{path}: {where}: control character '{char}' in {shown}; remove it"
+
+
+def test_layout_characters_are_fine_in_vars_we_only_pass_along(tmp_path: Path) -> None:
+    path = write(tmp_path, 'all:\n  hosts:\n    node1: {motd: "two\\nlines\\tand a tab"}\n')
+    assert load_inventory(path).hosts["node1"].extra == {"motd": "two\nlines\tand a tab"}
+
+
+def test_control_characters_in_group_and_host_names(tmp_path: Path) -> None:
+    path = write(tmp_path, 'all:\n  children:\n    "g\\0":\n')
+    assert fails(path) == f"{path}: group 'all': children: control character '\\x00' in 'g\\x00'; remove it"
+    path = write(tmp_path, 'all:\n  hosts:\n    "n\\x1b":\n')
+    assert fails(path) == f"{path}: group 'all': hosts: control character '\\x1b' in 'n\\x1b'; remove it"
+
+
+def test_a_mapping_or_list_as_a_key_is_a_yaml_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "all:\n  vars:\n    ? [a, b]\n    : 1\n")
+    assert fails(path) == f"{path}: line 3, column 7: YAML error: a list cannot be a key"
+    path = write(tmp_path, "all:\n  vars: {? {a: 1} : 1}\n")
+    assert fails(path).startswith(f"{path}: line 2, column ")
+
+
+def test_a_home_directory_of_an_unknown_user(tmp_path: Path) -> None:
+    path = write(tmp_path, "all:\n  hosts:\n    n1: {ansible_ssh_private_key_file: ~no-such-user-xyz/key}\n")
+    assert fails(path).startswith(f"{path}: host 'n1': ansible_ssh_private_key_file: ")
+
+
+def test_nesting_too_deep_is_an_inventory_error(tmp_path: Path) -> None:
+    deep = "all: " + "{children: {g: " * 400 + "{}" + "}}" * 400 + "\n"
+    assert "nested too deeply" in fails(write(tmp_path, deep))
+    deeper = "all: {vars: {x: " + "[" * 5000 + "]" * 5000 + "}}\n"
+    assert "nested too deeply" in fails(write(tmp_path, deeper))
+
+
+def test_the_agent_command_line_starts_with_the_interpreters_words(tmp_path: Path) -> None:
+    from hil.backend import HilBackend
+    from hil.leases import LeasePolicy
+
+    interpreter = shlex.join(["/usr/bin/env", "PYTHONDONTWRITEBYTECODE=1", sys.executable])
+    path = write(tmp_path, f"""
+        all:
+          hosts:
+            box:
+              ansible_connection: local
+              ansible_python_interpreter: {yaml_quote(interpreter)}
+              san_engine: emulator
+              san_remote_tmp: {tmp_path}
+        """)
+    (host,) = load_inventory(path).hosts.values()
+    backend = HilBackend([host], leases=LeasePolicy(timeout=0, notify=lambda line: None))
+    try:
+        command = shlex.split(backend.agents[0].client.command)
+        assert command[:3] == ["/usr/bin/env", "PYTHONDONTWRITEBYTECODE=1", sys.executable]
+        assert command[3].endswith("/hil/agent/__main__.py")
+        assert backend.leaks() == []
+    finally:
+        backend.close()
+
+
+def yaml_quote(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a YAML double-quoted scalar
