@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_san.burst import DEPTH
-from pytest_san.errors import SanError, WsaError
 from pytest_san.types import Access, CacheType, Completion, DeviceDescription, Status
 
 from .client import AgentClient
@@ -37,20 +35,39 @@ class Session:
         self.pinned: set[int] = set()
 
     def call(self, oid: int, method: str, *args: Any, timeout: float | None = None) -> Any:
-        for arg in args:
-            self._check_local(arg)
-        return self.client.call(oid, method, *[_encode(a) for a in args], timeout=timeout)
+        return self.client.call(oid, method, *[self.encode(a) for a in args], timeout=timeout)
 
-    def _check_local(self, value: Any) -> None:
-        """Objects of another host mean nothing to this agent: refuse them as a provider would."""
-        if isinstance(value, (list, tuple)):
-            for item in value:
-                self._check_local(item)
-        elif isinstance(value, RemoteBuffer) and value.process.session is not self:
-            raise SanError(WsaError.WSAEFAULT, f"{value.length} bytes at {value.address:#x} belong to a process "
-                           f"on {value.process.session.client.host.name}, not {self.client.host.name}")
-        elif isinstance(value, Remote) and value.session is not self:
-            raise SanError(WsaError.WSAENOTSOCK, f"{value!r} is not an object of {self.client.host.name}")
+    def encode(self, value: Any) -> Any:
+        """``value`` as the agent should see it: itself where JSON carries it faithfully, else a stand-in.
+
+        The engine, not the controller, judges every argument, in its own order, so that bad input
+        gets the error it gets in-process (SPEC section 6). Whatever JSON would change (a tuple's
+        subclass, a memoryview, an int subclass, a dict with '$' keys, an object of this process or of
+        another host) reaches it as something that is equally not what it expects.
+        """
+        if value is None or isinstance(value, (bool, str, float)):
+            return value  # JSON's own (bool before int: True is no 1)
+        if isinstance(value, (Access, CacheType)):
+            return int(value)  # what the engines take for these enums: their int value
+        if isinstance(value, int):
+            return value if type(value) is int else {"$i": [int(value), _shown(value)]}
+        if type(value) is bytes or type(value) is bytearray:
+            return bytes(value)  # the wire sends bytes as base64
+        if type(value) is list or type(value) is tuple:
+            return [self.encode(v) for v in value]
+        if isinstance(value, RemoteBuffer):
+            fields = [self.encode(value.address), self.encode(value.length)]
+            if value.process.session is self:
+                return {"$buf": [value.process.oid, *fields]}
+            # Another host's memory: a buffer of a process the engine does not know (WSAEFAULT there).
+            return {"$fbuf": [value.process.session.client.host.name, *fields]}
+        if isinstance(value, Remote) and value.session is self:
+            return {"$o": value.oid}
+        if type(value) is DeviceDescription:
+            return {"$dd": {f.name: self.encode(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+        if type(value) is dict and all(type(k) is str and not k.startswith("$") for k in value):
+            return {k: self.encode(v) for k, v in value.items()}
+        return {"$x": _shown(value)}  # another host's object, or one of this process: opaque there
 
     def obj(self, ref: dict[str, Any], factory: type[Remote], *extra: Any) -> Any:
         oid = ref["$o"]
@@ -74,18 +91,23 @@ class Session:
         return RemoteBuffer(process, address, length)
 
 
-def _encode(value: Any) -> Any:
-    if isinstance(value, RemoteBuffer):
-        return {"$buf": [value.process.oid, value.address, value.length]}
-    if isinstance(value, Remote):
-        return {"$o": value.oid}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return value
+def _shown(value: Any) -> str:
+    """How an argument the agent gets a stand-in for shows in its error messages (as in-process)."""
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not break the call
+        text = f"<{type(value).__name__} object (repr failed: {type(exc).__name__})>"
+    return text[:200]
+
+
+def _int(value: Any, what: str) -> int:
+    """``value`` if it is an integer (an int subclass as its int, never a bool); else a TypeError naming
+    ``what`` (as the emulator's process and buffer methods check it)."""
+    if type(value) is int:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"{what} must be an integer, got {value!r:.80}")
 
 
 class RemoteNode(Remote):
@@ -131,7 +153,8 @@ class RemoteProcess(Remote):
         return self.session.buffer(self._call("alloc", nbytes))
 
     def buffer_at(self, address: int, length: int) -> RemoteBuffer:
-        return RemoteBuffer(self, address, length)
+        """Any range, mapped or not, even of a negative length (providers refuse those)."""
+        return RemoteBuffer(self, _int(address, "address"), _int(length, "length"))
 
     def kill(self) -> None:
         self._call("kill")
@@ -151,19 +174,25 @@ class RemoteBuffer:
     length: int
 
     def read(self, n: int | None = None, offset: int = 0) -> bytes:
-        n = self.length - offset if n is None else n
+        offset = _int(offset, "offset")
+        n = self.length - offset if n is None else _int(n, "n")
         if offset < 0 or n < 0 or offset + n > self.length:
             raise ValueError(f"read of {n} bytes at offset {offset} is outside a {self.length}-byte buffer")
         data: bytes = self.process._call("read", self.address + offset, n)
         return data
 
-    def write(self, data: bytes, offset: int = 0) -> None:
+    def write(self, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"write takes bytes, got {data!r:.80}")
+        offset = _int(offset, "offset")
+        data = bytes(data)
         if offset < 0 or offset + len(data) > self.length:
             raise ValueError(f"write of {len(data)} bytes at offset {offset} "
                              f"is outside a {self.length}-byte buffer")
-        self.process._call("write", self.address + offset, bytes(data))
+        self.process._call("write", self.address + offset, data)
 
     def view(self, offset: int, length: int) -> RemoteBuffer:
+        offset, length = _int(offset, "offset"), _int(length, "length")
         if offset < 0 or length < 0 or offset + length > self.length:
             raise ValueError(f"view [{offset}, {offset + length}) is outside a {self.length}-byte buffer")
         return RemoteBuffer(self.process, self.address + offset, length)
@@ -201,7 +230,11 @@ class RemoteOperation(Remote):
     def wait(self, timeout: float | None = 10.0) -> Completion:
         if self._completion is None:
             # The agent waits up to ``timeout``; our own reply deadline leaves it room to answer.
-            reply = self._call("wait", timeout, timeout=None if timeout is None else timeout + 30)
+            # The agent judges the argument; a wait it cannot mean gets the default reply deadline.
+            limit = None
+            if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 <= timeout < 1e9:
+                limit = timeout + 30
+            reply = self._call("wait", timeout, timeout=limit)
             self._completion = Completion(Status(reply["status"]), reply["bytes"])
         return self._completion
 
@@ -242,32 +275,32 @@ class RemoteProvider(Remote):
         return bytes(self._call("register_rdma_memory", socket, buffer, access, descriptor_size))
 
     def deregister_rdma_memory(self, socket: Any, descriptor: bytes) -> None:
-        self._call("deregister_rdma_memory", socket, bytes(descriptor))
+        self._call("deregister_rdma_memory", socket, descriptor)
 
     def rdma_write(self, socket: Any, local_buffers: Pairs, target_descriptor: bytes,
                    offset: int = 0) -> RemoteOperation:
-        return self._op("rdma_write", socket, list(local_buffers), bytes(target_descriptor), offset)
+        return self._op("rdma_write", socket, local_buffers, target_descriptor, offset)
 
     def rdma_read(self, socket: Any, local_buffers: Pairs, source_descriptor: bytes,
                   offset: int = 0) -> RemoteOperation:
-        return self._op("rdma_read", socket, list(local_buffers), bytes(source_descriptor), offset)
+        return self._op("rdma_read", socket, local_buffers, source_descriptor, offset)
 
     def rdma_write_burst(self, socket: Any, local_buffers: Pairs, target_descriptor: bytes, offset: int = 0,
                          count: int = 1, depth: int = DEPTH) -> RemoteOperation:
         """One round trip for the whole burst: the agent (the verbs child) reposts each write itself."""
-        return self._op("rdma_write_burst", socket, list(local_buffers), bytes(target_descriptor), offset,
+        return self._op("rdma_write_burst", socket, local_buffers, target_descriptor, offset,
                         count, depth)
 
     def rdma_read_burst(self, socket: Any, local_buffers: Pairs, source_descriptor: bytes, offset: int = 0,
                         count: int = 1, depth: int = DEPTH) -> RemoteOperation:
-        return self._op("rdma_read_burst", socket, list(local_buffers), bytes(source_descriptor), offset,
+        return self._op("rdma_read_burst", socket, local_buffers, source_descriptor, offset,
                         count, depth)
 
     def send(self, socket: Any, buffers: Pairs) -> RemoteOperation:
-        return self._op("send", socket, list(buffers))
+        return self._op("send", socket, buffers)
 
     def recv(self, socket: Any, buffers: Pairs) -> RemoteOperation:
-        return self._op("recv", socket, list(buffers))
+        return self._op("recv", socket, buffers)
 
     def close_socket(self, socket: Any) -> None:
         self._call("close_socket", socket)
@@ -324,7 +357,7 @@ class RemoteProxy(Remote):
 
     @nolowmem.setter
     def nolowmem(self, value: bool) -> None:
-        self._call("set_nolowmem", bool(value))
+        self._call("set_nolowmem", value)
 
     def allocate(self, nbytes: int) -> RemoteAllocation:
         allocation: RemoteAllocation = self.session.obj(self._call("allocate", nbytes), RemoteAllocation)

@@ -35,6 +35,60 @@ class ProtocolError(Exception):
     """A request line that is not a well-formed request: answered with an error, never fatal."""
 
 
+class Opaque:
+    """An argument the controller could not send as itself (an object of its own process, another
+    host's object): to the engine, an object it knows nothing of, as it would be in-process."""
+
+    def __init__(self, shown: str) -> None:
+        self._shown = shown
+
+    def __repr__(self) -> str:
+        return self._shown
+
+
+class ForeignInt(int):
+    """An int subclass (an enum of another type, say) sent as an argument: still an int, not an ``int``."""
+
+    _shown = ""
+
+    @classmethod
+    def make(cls, value: int, shown: str) -> ForeignInt:
+        number = cls(value)
+        number._shown = shown
+        return number
+
+    def __repr__(self) -> str:
+        return self._shown or int.__repr__(self)
+
+
+class ForeignProcess:
+    """The owner of another host's buffer: a process no engine here knows (so, WSAEFAULT)."""
+
+    alive = True
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.pid = f"(a process on {host})"
+
+    def buffer_at(self, address: int, length: int) -> RawBuffer:
+        return RawBuffer(self, address, length)
+
+    def __repr__(self) -> str:
+        return f"<process on {self.host}>"
+
+
+class RawBuffer:
+    """A buffer as the controller described it (process, address, length), fields unchecked."""
+
+    def __init__(self, process: Any, address: Any, length: Any) -> None:
+        self.process = process
+        self.address = address
+        self.length = length
+
+    def __repr__(self) -> str:
+        return f"<buffer of {self.process!r} at {self.address!r:.40}+{self.length!r:.40}>"
+
+
 class Registry:
     """Object ids for everything the controller holds a reference to."""
 
@@ -80,12 +134,24 @@ class Dispatcher:
         if isinstance(value, dict):
             if "$o" in value:
                 return self.registry.get(_object_id(value["$o"]))
-            if "$buf" in value:
-                ref = value["$buf"]
+            if "$buf" in value or "$fbuf" in value:
+                ref = value.get("$buf", value.get("$fbuf"))
                 if not isinstance(ref, list) or len(ref) != 3:
                     raise ProtocolError(f"a buffer reference is [process, address, length], got {ref!r:.80}")
-                pid_ref, address, length = ref
-                return self._resolve_buffer(self.registry.get(_object_id(pid_ref)), address, length)
+                owner, address, length = ref
+                if "$fbuf" in value:  # memory of a process on another host
+                    process: Any = ForeignProcess(str(owner))
+                else:
+                    process = self.registry.get(_object_id(owner))
+                address, length = self._arg(address), self._arg(length)
+                if type(address) is int and type(length) is int:
+                    return self._resolve_buffer(process, address, length)
+                return RawBuffer(process, address, length)  # for the engine to refuse, in its own order
+            if "$x" in value:
+                return Opaque(str(value["$x"]))
+            if "$i" in value:
+                number, shown = value["$i"]
+                return ForeignInt.make(int(number), str(shown))
             return {k: self._arg(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._arg(v) for v in value]

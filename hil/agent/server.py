@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import os
@@ -52,9 +53,18 @@ def _handlers(engine: Any) -> dict[tuple[str, str], Any]:
         else:
             proxy.nolowmem = value
 
+    def get_dma_adapter(proxy: Any, description: Any) -> Any:
+        if type(description) is dict and set(description) == {"$dd"}:  # a DeviceDescription, field by field
+            fields = description["$dd"]
+            known = {f.name for f in dataclasses.fields(DeviceDescription)}
+            if type(fields) is not dict or not set(fields) <= known:
+                raise TypeError(f"not the fields of a DeviceDescription: {fields!r:.80}")
+            description = DeviceDescription(**fields)
+        return proxy.get_dma_adapter(description)  # anything else: for the proxy to refuse
+
     return {
         ("proxy", "set_nolowmem"): set_nolowmem,
-        ("proxy", "get_dma_adapter"): lambda p, d: p.get_dma_adapter(DeviceDescription(**d)),
+        ("proxy", "get_dma_adapter"): get_dma_adapter,
         ("socket", "state"): engine.socket_state,
         ("allocation", "info"): lambda a: [a.length, [list(r) for r in a.physical_runs]],
         ("engine", "faults"): fault,
