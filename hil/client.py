@@ -194,4 +194,20 @@ def _error(error: dict[str, Any], where: str) -> Exception:
     if isinstance(kind, str) and kind in _AS_ITSELF:
         return _AS_ITSELF[kind](message)
     detail = f"\n{error['traceback']}" if error.get("traceback") else ""
-    return AgentError(f"{where}: {kind}: {message}{detail}")
+    text = f"{where}: {kind}: {message}{detail}"
+    if isinstance(kind, str) and kind in _ALSO_AGENT_ERROR:
+        return _ALSO_AGENT_ERROR[kind](text)  # still an AgentError (host, traceback), and what it was
+    return AgentError(text)
+
+
+def _also_agent_error(base: type[Exception]) -> type[AgentError]:
+    cls = type(f"Agent{base.__name__}", (AgentError, base), {"__module__": __name__})
+    globals()[cls.__name__] = cls  # importable by name: it pickles (xdist)
+    return cls
+
+
+# Failures of the engine in a call (a bug it has in-process too): caught as the built-in they are.
+_ALSO_AGENT_ERROR: dict[str, type[AgentError]] = {
+    base.__name__: _also_agent_error(base)
+    for base in (AttributeError, KeyError, IndexError, LookupError, OverflowError, ZeroDivisionError,
+                 NotImplementedError, RecursionError, AssertionError)}

@@ -7,6 +7,7 @@ transport), and spoken to with raw lines: nothing of the controller's client che
 from __future__ import annotations
 
 import json
+import pickle
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hil.client import push_agent
+from hil.client import AgentError, _error, push_agent
 from hil.inventory import HostConfig
 from hil.transport import Channel, LocalTransport
 
@@ -106,3 +107,16 @@ def test_malformed_requests_get_error_replies_and_nothing_is_lost(agent: RawAgen
     assert agent.call(31, engine, "leaks") != []  # the registration is still there
     agent.channel.close()
     assert agent.channel._exit_status(wait=5) == 0  # on EOF it released everything and exited cleanly
+
+
+def test_an_engine_failure_is_an_agent_error_and_the_builtin_it_was() -> None:
+    err = _error({"kind": "AttributeError", "message": "'NoneType' object has no attribute 'x'",
+                  "traceback": "Traceback ..."}, "host lab1")
+    assert isinstance(err, AgentError) and isinstance(err, AttributeError)  # caught as in-process
+    assert str(err) == "host lab1: AttributeError: 'NoneType' object has no attribute 'x'\nTraceback ..."
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is type(err) and str(again) == str(err)
+    assert type(_error({"kind": "SystemError", "message": "?"}, "host lab1")) is AgentError
+    assert type(_error({"kind": "TypeError", "message": "buffers[0] is not a pair"}, "h")) is TypeError
+    unknown = _error({"kind": "SanError", "code": 1, "message": "?"}, "host lab1")
+    assert type(unknown) is AgentError and "unknown code 1" in str(unknown)
