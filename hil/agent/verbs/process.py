@@ -620,7 +620,8 @@ class VerbsProcess:
         if queued >= QUEUE_DEPTH:
             raise SanError(WSAENETDOWN, f"{kind} queue of socket {sock.id} is full ({QUEUE_DEPTH})")
         for item in buffers:
-            if not isinstance(item, (list, tuple)) or len(item) != 3 or not all(is_int(x) for x in item):
+            # A handle of the wrong type is only an unknown handle: refused like one, by _gather (as the emulator).
+            if not isinstance(item, (list, tuple)) or len(item) != 3 or not (is_int(item[0]) and is_int(item[1])):
                 raise SanError(WSAEINVAL, f"a buffer is [address, length, handle], got {item!r:.80}")
             if item[1] < 0:
                 raise SanError(WSAEINVAL, f"a buffer of negative length {item[1]} at {item[0]:#x}")
@@ -646,8 +647,10 @@ class VerbsProcess:
         sges = []
         total = 0
         for address, length, handle in buffers:
-            reg = sock.handles.get(handle)
+            reg = sock.handles.get(handle) if is_int(handle) else None
             if reg is None:
+                if not is_int(handle):
+                    return None
                 # An lkey of this PD registered on another socket would pass the NIC; a zero-length or
                 # over-long SGE might not be checked against its lkey at all: refused here.
                 if (self._known_elsewhere(sock, handle) or not 0 <= handle <= 0xFFFFFFFF
