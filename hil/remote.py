@@ -178,7 +178,8 @@ class RemoteBuffer:
         n = self.length - offset if n is None else _int(n, "n")
         if offset < 0 or n < 0 or offset + n > self.length:
             raise ValueError(f"read of {n} bytes at offset {offset} is outside a {self.length}-byte buffer")
-        data: bytes = self.process._call("read", self.address + offset, n)
+        # The agent checks the whole buffer, as a buffer of its engine is checked (mapped, process alive).
+        data: bytes = self.process._call("buffer_read", self.address, self.length, n, offset)
         return data
 
     def write(self, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
@@ -189,7 +190,7 @@ class RemoteBuffer:
         if offset < 0 or offset + len(data) > self.length:
             raise ValueError(f"write of {len(data)} bytes at offset {offset} "
                              f"is outside a {self.length}-byte buffer")
-        self.process._call("write", self.address + offset, data)
+        self.process._call("buffer_write", self.address, self.length, data, offset)
 
     def view(self, offset: int, length: int) -> RemoteBuffer:
         offset, length = _int(offset, "offset"), _int(length, "length")

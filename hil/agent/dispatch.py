@@ -18,7 +18,7 @@ METHODS = {
     "engine": {"hello", "connect_local", "socket_create", "socket_connect", "peer_closed", "leaks", "reset",
                "faults"},
     "node": {"spawn_process", "default_process"},
-    "process": {"alloc", "read", "write", "kill", "alive"},
+    "process": {"alloc", "read", "write", "buffer_read", "buffer_write", "kill", "alive"},
     "provider": {"register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
                  "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
                  "getsockopt", "registrations", "supports_rdma_read"},

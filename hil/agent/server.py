@@ -62,7 +62,22 @@ def _handlers(engine: Any) -> dict[tuple[str, str], Any]:
             description = DeviceDescription(**fields)
         return proxy.get_dma_adapter(description)  # anything else: for the proxy to refuse
 
+    def buffer_read(process: Any, address: Any, length: Any, n: Any, offset: Any) -> Any:
+        """A buffer's read, checked as the engine checks its own buffers (the whole range mapped)."""
+        buffer = engine.resolve_buffer(process, address, length)
+        if hasattr(buffer, "read"):
+            return buffer.read(n, offset)
+        return process.read(address + offset, n)  # an engine whose buffers are only names
+
+    def buffer_write(process: Any, address: Any, length: Any, data: Any, offset: Any) -> Any:
+        buffer = engine.resolve_buffer(process, address, length)
+        if hasattr(buffer, "write"):
+            return buffer.write(data, offset)
+        return process.write(address + offset, data)
+
     return {
+        ("process", "buffer_read"): buffer_read,
+        ("process", "buffer_write"): buffer_write,
         ("proxy", "set_nolowmem"): set_nolowmem,
         ("proxy", "get_dma_adapter"): get_dma_adapter,
         ("socket", "state"): engine.socket_state,
