@@ -229,6 +229,8 @@ class Leaser(Generic[A]):
             for agent in got:
                 self._close(agent)
             if self._clock() >= deadline:
+                if self.policy.timeout > 0:  # one round (agents started over SSH) can outlast a short timeout
+                    self._announce(busy)
                 raise self._timeout(count, candidates, busy)
             self._announce(busy)
             self._wait(deadline)

@@ -298,6 +298,25 @@ def test_leaser_gets_the_host_once_it_is_free() -> None:
     assert len(lab.lines) == 1 and lab.lines[0].startswith("san: waiting for host h1, leased by worker main of run x")
 
 
+def test_a_round_longer_than_the_timeout_still_says_whom_it_waited_for() -> None:
+    # Agents started over SSH: one round can take longer than a short --san-lease-timeout.
+    lab = _FakeLab({"h1": {"worker": "gw1", "run": "abc"}})
+    original = lab.start
+
+    def slow_start(host: HostConfig) -> str:
+        lab.now += 3
+        return original(host)
+
+    lab.start = slow_start  # type: ignore[method-assign]
+    with pytest.raises(LeaseTimeout, match="host h1 is leased by worker gw1 of run abc"):
+        lab.leaser(1, timeout=2).acquire([_host("h1")])
+    assert lab.lines == ["san: waiting for host h1, leased by worker gw1 of run abc on ? "
+                         "(up to 2 s, --san-lease-timeout)"]
+    with pytest.raises(LeaseTimeout):
+        lab.leaser(1, timeout=0).acquire([_host("h1")])  # no timeout: nothing to wait for, nothing to say
+    assert len(lab.lines) == 1
+
+
 def test_describe_holder_without_a_record() -> None:
     assert describe_holder({}) == "an unknown holder (the lease file has no record)"
 

@@ -94,10 +94,11 @@ def _open_once(path: str, base: int) -> tuple[int, bool] | None:
         return os.open(path, base | os.O_RDWR), True
     except FileNotFoundError:
         try:
-            fd = os.open(path, base | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            # Readable by all (whoever finds the host busy may look); a lease file of another user is
+            # refused, so users sharing a host need a san_remote_tmp each (their pushes need it anyway).
+            fd = os.open(path, base | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return None  # someone created it between our two opens
-        os.fchmod(fd, 0o666)  # every user of the host shares the lease (umask aside)
         return fd, True
     except PermissionError:
         # Our own file without write permission: flock works read-only.
@@ -107,8 +108,8 @@ def _open_once(path: str, base: int) -> tuple[int, bool] | None:
 def _open(path: str) -> tuple[int, bool]:
     """(descriptor, writable) of a regular file of our own with one link; LeaseRefused otherwise.
 
-    Never follows a symlink and never blocks (a FIFO planted there would); creates the file shared (0666)
-    if missing. Everything is checked on the open descriptor before a byte is written.
+    Never follows a symlink and never blocks (a FIFO planted there would); creates the file if missing.
+    Everything is checked on the open descriptor before a byte is written.
     """
     base = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     for _ in range(10):
