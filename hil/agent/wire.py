@@ -6,6 +6,10 @@ request:  {"id": 7, "obj": 3, "method": "register_memory", "args": [...]}
 reply:    {"id": 7, "result": ...}  or  {"id": 7, "error": {"kind", "message", "code", "required_size"}}
 values:   bytes -> {"$b": base64}; a remote object -> {"$o": id, "type": name}; a buffer -> {"$buf": [process id,
           address, length]}; lists and dicts as JSON.
+          Arguments JSON would change reach the engine as stand-ins it refuses as it refuses them in-process
+          (hil/remote.py Session.encode, hil/agent/dispatch.py): another host's buffer -> {"$fbuf": [host,
+          address, length]}; an int subclass -> {"$i": [value, repr]}; any other object -> {"$x": repr};
+          a DeviceDescription -> {"$dd": {field: value}}.
 """
 
 from __future__ import annotations
