@@ -5,7 +5,8 @@ outcome at every step (SPEC.md section 6: the same errors on every backend).
 After every call both backends must agree on the registrations (kind, length, access, refs) of both
 sockets, the proxies' live allocations and the bytes of the application buffers; at the end every
 socket is closed and neither leaks. "Another host" is another agent's node on the hil backend and
-another node in-process. SAN_FUZZ_EXAMPLES sets the number of sequences (a longer hunt).
+another node in-process. SAN_FUZZ_EXAMPLES sets the number of sequences (100, about 15 s; more for a
+longer hunt: 3000 passed in 5 minutes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pytest_san import Access, Backend, SanError
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.types import CacheType, DeviceDescription
 
-EXAMPLES = int(os.environ.get("SAN_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("SAN_FUZZ_EXAMPLES", "100"))
 
 
 class Other(enum.IntEnum):
