@@ -154,3 +154,46 @@ def test_close_releases_the_rest_even_when_one_release_fails(backend: EmulatorBa
     assert end.socket.closed  # closed anyway: the provider released the receive region
     conn.remote.close()
     assert backend.leaks() == []
+
+
+# -- found by the fuzz: small windows --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [3, 4, 5])
+@pytest.mark.parametrize("size", [64, 4096])
+def test_small_windows_carry_data_both_ways_and_then_fall_quiet(backend: EmulatorBackend, count: int,
+                                                               size: int) -> None:
+    """With two or three receive buffers a credit-only message used to answer the peer's credit-only
+    message, for ever: the ends never went idle, and recv ignored its timeout while they chattered."""
+    switch = Switch(backend)
+    conn = switch.connect(message_count=count, message_size=size)
+    for i in range(10):
+        conn.local.send(bytes([i]) * (300 + i))
+        conn.remote.send(bytes([i]) * (i + 1))
+    assert conn.remote.recv(sum(300 + i for i in range(10)), timeout=5) == b"".join(
+        bytes([i]) * (300 + i) for i in range(10))
+    assert conn.local.recv(55, timeout=5) == b"".join(bytes([i]) * (i + 1) for i in range(10))
+    conn.flush(5)
+    assert not conn.progress()  # nothing left to say: no credit ping-pong
+    switch.close_all()
+    assert backend.leaks() == []
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_windows_too_small_to_carry_data_are_refused(backend: EmulatorBackend, count: int) -> None:
+    """One receive buffer can never carry data (the last credit is kept for credit-only messages)."""
+    switch = Switch(backend)
+    with pytest.raises(ValueError, match="message_count"):
+        switch.connect(message_count=count)
+    assert backend.leaks() == [] and backend.sockets() == []
+
+
+def test_recv_times_out_even_while_the_ends_keep_moving(backend: EmulatorBackend,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    switch = Switch(backend)
+    conn = switch.connect()
+    monkeypatch.setattr(conn, "progress", lambda: True)  # a livelock: something always moves
+    with pytest.raises(TimeoutError):
+        conn.remote.recv(1, timeout=0.2)
+    monkeypatch.undo()
+    switch.close_all()

@@ -47,6 +47,8 @@ class Connection:
 
     def run_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         check_timeout(timeout)
+        if not callable(condition):
+            raise TypeError(f"run_until needs a condition to call, got {condition!r:.80}")
         deadline = time.monotonic() + timeout
         pause = 0.0
         while True:
@@ -54,11 +56,12 @@ class Connection:
                 return
             for end in (self.local, self.remote):
                 end._check()
-            if self.progress():
+            moved = self.progress()
+            if time.monotonic() >= deadline:  # also while things move: a livelock must not hang the caller
+                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+            if moved:
                 pause = 0.0
                 continue
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
             # Nothing moved: completions come from elsewhere (a remote host). Back off gently.
             time.sleep(pause)
             pause = min(0.01, pause * 2 or 0.0002)

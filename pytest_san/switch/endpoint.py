@@ -59,6 +59,10 @@ class Endpoint:
         self.recvs: collections.deque[tuple[int, PendingOperation]] = collections.deque()
         self.credits = count  # receives the peer has posted that we may consume
         self.to_return = 0  # receives we reposted that the peer does not know of yet
+        # Of those, the ones that carried more than credits. Returning receives that credit-only messages
+        # used as soon as ``threshold`` are due made two ends with a small window answer each other's
+        # credit messages for ever: those wait until the peer may be stuck (it holds one credit or less).
+        self.owed = 0
         self.outbox: collections.deque[Message] = collections.deque()
         self.incoming: collections.deque[_Incoming] = collections.deque()
         self.stream = bytearray()
@@ -209,6 +213,8 @@ class Endpoint:
             msg = Message.decode(self.recv_region.read(done.bytes, slot * size))
             self._post_recv(slot)
             self.to_return += 1
+            if msg.kind is not Kind.CREDIT:
+                self.owed += 1
             self.credits += msg.credits
             self._handle(msg)
             moved = True
@@ -292,7 +298,7 @@ class Endpoint:
     def _flush(self) -> bool:
         moved = False
         threshold = max(1, self.conn.message_count // 2)
-        if self.to_return >= threshold and not self.outbox:
+        if (self.owed >= threshold or self.to_return >= self.conn.message_count - 1) and not self.outbox:
             self.outbox.append(Message(Kind.CREDIT))
         while self.outbox and self.free_slots:
             # Keep the last credit for a credit-only message, so neither side can starve the other.
@@ -302,7 +308,7 @@ class Endpoint:
             msg = self.outbox.popleft()
             slot = self.free_slots.popleft()
             raw = msg.encode(self.to_return)
-            self.to_return = 0
+            self.to_return = self.owed = 0
             self.credits -= 1
             buf = self.send_slots[slot]
             buf.write(raw)

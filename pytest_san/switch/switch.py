@@ -17,6 +17,9 @@ MAX_DESCRIPTOR = 48
 """Room a message slot keeps for the peer's RDMA descriptor (a SRC_AVAIL message carries one)."""
 MIN_MESSAGE_SIZE = HEADER.size + LENGTH.size + MAX_DESCRIPTOR
 MAX_MESSAGE_SIZE = 1 << 20
+MIN_MESSAGE_COUNT = 3
+"""A sender keeps its last credit for a credit-only message, so one receive buffer could never carry data,
+and with two the ends would answer each other's credit-only messages for ever."""
 MAX_MESSAGE_COUNT = 1024
 
 
@@ -34,7 +37,7 @@ def check_options(rdma_threshold: object, rdma_mode: object, message_size: objec
     if type(rdma_mode) is not str or rdma_mode not in RDMA_MODES:
         raise ValueError(f"rdma_mode must be one of {RDMA_MODES}, got {rdma_mode!r:.80}")
     for name, value, low, high in (("message_size", message_size, MIN_MESSAGE_SIZE, MAX_MESSAGE_SIZE),
-                                   ("message_count", message_count, 1, MAX_MESSAGE_COUNT)):
+                                   ("message_count", message_count, MIN_MESSAGE_COUNT, MAX_MESSAGE_COUNT)):
         if not _is_int(value):
             raise TypeError(f"{name} is an integer, got {value!r:.80}")
         if not low <= value <= high:  # type: ignore[operator]
