@@ -95,6 +95,10 @@ def test_malformed_requests_get_error_replies_and_nothing_is_lost(agent: RawAgen
         ({"id": 23, "obj": provider, "method": "register_memory", "args": [sock, {"$buf": [1, 2]}, 3]},
          "ProtocolError"),
         ({"id": 24, "obj": provider, "method": "deregister_memory", "args": [sock]}, "TypeError"),
+        ({"id": 25, "obj": process, "method": "alloc", "args": [{"$i": "7"}]}, "ProtocolError"),
+        ({"id": 26, "obj": process, "method": "alloc", "args": [{"$i": [7, "Seven", 1]}]}, "ProtocolError"),
+        ({"id": 27, "obj": provider, "method": "register_memory", "args": [sock, {"$fbuf": ["h", 1]}, 3]},
+         "ProtocolError"),
         ({"id": "text-id", "obj": engine, "method": "nothing", "args": []}, "LookupError"),
     ]
     for request, kind in requests:

@@ -150,8 +150,10 @@ class Dispatcher:
             if "$x" in value:
                 return Opaque(str(value["$x"]))
             if "$i" in value:
-                number, shown = value["$i"]
-                return ForeignInt.make(int(number), str(shown))
+                ref = value["$i"]
+                if not isinstance(ref, list) or len(ref) != 2 or type(ref[0]) is not int:
+                    raise ProtocolError(f"an int subclass is [value, repr], got {ref!r:.80}")
+                return ForeignInt.make(ref[0], str(ref[1]))
             return {k: self._arg(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._arg(v) for v in value]
