@@ -521,19 +521,17 @@ class SpiFuzz(RuleBasedStateMachine):
         else:
             def call() -> Any:
                 return provider.register_rdma_memory(sock, buffer, access, size)
-        faults = self.backend.faults
-        armed = rnd.randrange(len(self.nodes)) if faults is not None and not clean and rnd.random() < 0.1 else None
-        if armed is not None:
-            assert faults is not None
-            faults.fail_allocations(self.nodes[armed], 1)  # the proxy refuses the next allocation there
+        armed = rnd.randrange(len(self.nodes)) if not clean and rnd.random() < 0.1 else None
+        if armed is not None and self._arm(armed):  # the proxy refuses the next allocation there
             what += f" [allocation fails on node {armed}]"
+        else:
+            armed = None
         before = self.snap()
         try:
             result = self._outcome(what, call)
         finally:
             if armed is not None:
-                assert faults is not None
-                faults.fail_allocations(self.nodes[armed], 0)
+                self._disarm(armed)
         refused = isinstance(result, BaseException)
         usable = (s is not None and own and not self._closed(s) and bool(before.states.get(s.index, (0, 0))[0]))
         must_fail = bad is not None or not access_ok or size_fault is not None or not usable
@@ -971,19 +969,17 @@ class SpiFuzz(RuleBasedStateMachine):
         if rnd.random() < 0.05:
             options["bogus"] = 1
         peer, process = where(), where()
-        fail = None
-        faults = self.backend.faults
-        if faults is not None and rnd.random() < 0.3:
-            fail = rnd.randrange(len(self.nodes))
-            faults.fail_allocations(self.nodes[fail], 1)
+        fail = rnd.randrange(len(self.nodes)) if rnd.random() < 0.3 else None
+        if fail is not None and not self._arm(fail):
+            fail = None
         what = f"switch.connect(peer={peer!r:.40}, process={process!r:.40}, {options}) [fail on node {fail}]"
         before = self.snap(leaks=True)
         switch = Switch(self.backend)
         try:
             conn = self._outcome(what, lambda: switch.connect(peer=peer, process=process, **options))
         finally:
-            if fail is not None and faults is not None:
-                faults.fail_allocations(self.nodes[fail], 0)
+            if fail is not None:
+                self._disarm(fail)
         if not isinstance(conn, BaseException):
             try:
                 data = _pattern(self.steps, rnd.choice([1, 100, 300, 5000]))
@@ -1231,12 +1227,27 @@ class SpiFuzz(RuleBasedStateMachine):
         a, b = rnd.sample(range(len(self.nodes)), 2)
         what = f"drop_link(node {a}, node {b})"
         before = self.snap()
-        faults.drop_link(self.nodes[a], self.nodes[b])
-        self.down.append((a, b))
+        result = self._outcome(what, lambda: faults.drop_link(self.nodes[a], self.nodes[b]))
+        refused = isinstance(result, BaseException)  # a backend may not inject that fault: then nothing changes
+        if not refused:
+            self.down.append((a, b))
         fx = Effects()
         fx.may_change_state = {s.index for s in self.socks if s.peer is not None and {s.node, s.peer.node} == {a, b}}
         fx.may_complete = set(fx.may_change_state)
-        self._check(what, before, self.snap(), False, fx)
+        self._check(what, before, self.snap(), refused, fx)
+
+    def _arm(self, node: int) -> bool:
+        """The proxy of ``node`` refuses its next allocation, if the backend can inject that."""
+        faults = self.backend.faults
+        if faults is None:
+            return False
+        return not isinstance(self._outcome("fail_allocations", lambda: faults.fail_allocations(self.nodes[node], 1)),
+                              BaseException)
+
+    def _disarm(self, node: int) -> None:
+        faults = self.backend.faults
+        assert faults is not None
+        faults.fail_allocations(self.nodes[node], 0)
 
     @rule(rnd=RND)
     def proxy(self, rnd: random.Random) -> None:

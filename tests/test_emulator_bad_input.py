@@ -386,3 +386,23 @@ def test_backend_refuses_junk_and_foreign_nodes_processes_and_sockets() -> None:
     for junk in (None, "socket", p):
         with pytest.raises(TypeError):
             backend.faults.hold(junk)
+
+
+def test_a_buffer_is_always_of_its_own_process_memory(pair: Pair) -> None:
+    """A buffer made by hand over another process's mapping would write into that process."""
+    with pytest.raises(ValueError):
+        EmulatedBuffer(pair.pa, pair.peer.address, 64, pair.peer.mem, 0)
+    with pytest.raises(ValueError):
+        EmulatedBuffer(pair.pa, pair.src.address + 8, 8, pair.src.mem, 0)  # the wrong offset into it
+    doomed = pair.backend.nodes[0].spawn_process()
+    buf = doomed.alloc(16)
+    doomed.kill()
+    with pytest.raises(SanError):
+        buf.view(0, 8).read()  # a view of a dead process's buffer is of nothing mapped
+
+
+@pytest.mark.parametrize(("count", "error"), [(0, ValueError), (256, ValueError), (2.0, TypeError),
+                                              ("3", TypeError), (True, TypeError)])
+def test_backend_node_count_is_checked(count: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        EmulatorBackend(count)

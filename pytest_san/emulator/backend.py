@@ -15,6 +15,7 @@ from .proxy import EmulatedProxy
 from .sockets import EmulatedSocket
 
 Wrap = Callable[[Any, Any], Any]
+MAX_NODES = 255  # node i's handles and window rkeys start at (i + 1) << 24: all fit a descriptor's 32 bits
 
 CAPABILITIES = frozenset({
     "emulator", "rdma_read", "memory_windows", "physical_addresses", "nolowmem", "contiguous",
@@ -29,8 +30,10 @@ class EmulatorBackend:
 
     def __init__(self, node_count: int = 3, *, wrap_provider: Wrap | None = None,
                  wrap_proxy: Wrap | None = None) -> None:
-        if node_count < 1:
-            raise ValueError(f"an emulated SAN needs at least one node, got {node_count}")
+        if not isinstance(node_count, int) or isinstance(node_count, bool):
+            raise TypeError(f"node_count is an integer, got {node_count!r:.80}")
+        if not 1 <= node_count <= MAX_NODES:
+            raise ValueError(f"an emulated SAN has 1..{MAX_NODES} nodes, got {node_count}")
         self.fabric = Fabric()
         self._nodes: list[EmulatedNode] = []
         for i in range(node_count):

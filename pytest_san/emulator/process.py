@@ -31,6 +31,10 @@ def _int(value: object, what: str) -> int:
     raise TypeError(f"{what} must be an integer, got {value!r:.80}")
 
 
+def _hex(value: object) -> str:
+    return f"{value:#x}" if type(value) is int else f"{value!r:.20}"
+
+
 class EmulatedBuffer:
     """A range of one process's virtual memory."""
 
@@ -42,8 +46,9 @@ class EmulatedBuffer:
             raise TypeError(f"an EmulatedBuffer belongs to an EmulatedProcess, got {process!r:.80}")
         address, length, offset = _int(address, "address"), _int(length, "length"), _int(offset, "offset")
         if mem is not None and (type(mem) is not bytearray or offset < 0 or length < 0
-                                or offset + length > len(mem)):
-            raise ValueError(f"[{offset}, {offset + length}) is not a range of the mapping given")
+                                or offset + length > len(mem) or process._maps.get(address - offset) is not mem):
+            raise ValueError(f"[{offset}, {offset + length}) of the bytes given is not memory of pid {process.pid} "
+                             f"at {address:#x}")
         self._process = process
         self.address = address
         self.length = length  # may be negative or reach outside the mapping: providers refuse such buffers
@@ -60,8 +65,8 @@ class EmulatedBuffer:
         # made can never reach outside its mapping (or resize it).
         if (mem is None or not self._process.alive or type(start) is not int or type(length) is not int
                 or start < 0 or length < 0 or start + length > len(mem)):
-            raise SanError(WsaError.WSAEFAULT,
-                           f"{self.length!r} bytes at {self.address!r} are not mapped in pid {self._process.pid}")
+            raise SanError(WsaError.WSAEFAULT, f"{self.length!r} bytes at {_hex(self.address)} are not mapped "
+                                               f"in pid {self._process.pid}")
         return mem
 
     def read(self, n: int | None = None, offset: int = 0) -> bytes:
@@ -90,13 +95,14 @@ class EmulatedBuffer:
         if offset < 0 or length < 0 or offset + length > self.length:
             raise ValueError(f"view [{offset}, {offset + length}) is outside a {self.length}-byte buffer")
         mem = self.mem
-        if mem is not None and (self.offset < 0 or self.offset + offset + length > len(mem)):
-            mem = None  # this buffer's own fields were changed: the view is of nothing mapped
+        if mem is not None and (not self._process.alive or type(self.offset) is not int or type(self.address) is not int
+                                or self.offset < 0 or self.offset + offset + length > len(mem)
+                                or self._process._maps.get(self.address - self.offset) is not mem):
+            mem = None  # the process is gone, or this buffer's own fields were changed: a view of nothing mapped
         return EmulatedBuffer(self._process, self.address + offset, length, mem, self.offset + offset)
 
     def __repr__(self) -> str:
-        address = f"{self.address:#x}" if type(self.address) is int else f"{self.address!r:.20}"
-        return f"<buffer pid={self._process.pid} {address}+{self.length!r:.20}>"
+        return f"<buffer pid={self._process.pid} {_hex(self.address)}+{self.length!r:.20}>"
 
 
 class EmulatedProcess:
