@@ -6,7 +6,6 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_san.errors import SanError, WsaError
 from pytest_san.types import Leak
 
 from .client import AgentClient, AgentError
@@ -112,8 +111,12 @@ class HilBackend:
         return RemoteFaults(self) if "faults" in self._capabilities else None
 
     def agent_of(self, thing: Any) -> Agent:
-        session = thing.session if hasattr(thing, "session") else thing.process.session
-        return next(a for a in self.agents if a.session is session)
+        session = thing.session if hasattr(thing, "session") else getattr(getattr(thing, "process", None),
+                                                                          "session", None)
+        for agent in self.agents:
+            if agent.session is session:
+                return agent
+        raise ValueError(f"{thing!r:.80} is not an object of this hil backend")
 
     def connect_sockets(self, a: Any, b: Any) -> tuple[RemoteSocket, RemoteSocket]:
         if not isinstance(a, RemoteProcess) or not isinstance(b, RemoteProcess):
@@ -121,14 +124,16 @@ class HilBackend:
         agent_a, agent_b = self.agent_of(a), self.agent_of(b)
         if agent_a is agent_b:
             ref_a, ref_b = agent_a.call("connect_local", a, b)
+            sock_a: RemoteSocket = agent_a.session.obj(ref_a, RemoteSocket, a)
+            sock_b: RemoteSocket = agent_b.session.obj(ref_b, RemoteSocket, b)
         else:
             # Across hosts the controller relays what each QP needs (QP number, PSN, GID).
             ref_a, info_a = agent_a.call("socket_create", a)
+            sock_a = agent_a.session.obj(ref_a, RemoteSocket, a)
             ref_b, info_b = agent_b.call("socket_create", b)
-            agent_a.call("socket_connect", ref_a, info_b)
-            agent_b.call("socket_connect", ref_b, info_a)
-        sock_a: RemoteSocket = agent_a.session.obj(ref_a, RemoteSocket, a)
-        sock_b: RemoteSocket = agent_b.session.obj(ref_b, RemoteSocket, b)
+            sock_b = agent_b.session.obj(ref_b, RemoteSocket, b)
+            agent_a.call("socket_connect", sock_a, info_b)
+            agent_b.call("socket_connect", sock_b, info_a)
         if agent_a is not agent_b:
             # Verbs has no disconnect event without a connection manager: relay closes between hosts.
             sock_a.on_close = lambda: agent_b.call("peer_closed", sock_b)
@@ -156,31 +161,47 @@ class HilBackend:
 
 
 class RemoteFaults:
-    """Fault injection carried out by the agents (capability ``"faults"``)."""
+    """Fault injection carried out by the agents (capability ``"faults"``), checked as the emulator's."""
 
     def __init__(self, backend: HilBackend) -> None:
         self._backend = backend
 
-    def _fault(self, on: Any, name: str, *args: Any) -> None:
-        agent = self._backend.agent_of(on)
-        if any(hasattr(a, "session") and a.session is not agent.session for a in args):
-            raise SanError(WsaError.WSAEINVAL, f"{name}: the emulator engine injects faults within one host")
-        agent.call("faults", name, *args)
+    def _node(self, node: Any, what: str) -> RemoteNode:
+        if not any(node is mine for mine in self._backend.nodes):
+            raise ValueError(f"{what}: {node!r:.80} is not a node of this hil backend")
+        assert isinstance(node, RemoteNode)
+        return node
+
+    def _socket(self, socket: Any, what: str) -> RemoteSocket:
+        if not isinstance(socket, RemoteSocket) or not any(socket.session is a.session for a in self._backend.agents):
+            raise TypeError(f"{what} takes a socket of this hil backend, got {socket!r:.80}")
+        return socket
 
     def fail_allocations(self, node: Any, count: int) -> None:
-        self._fault(node, "fail_allocations", node, count)
+        node = self._node(node, "fail_allocations")
+        self._backend.agent_of(node).call("faults", "fail_allocations", node, count)
 
     def drop_link(self, a: Any, b: Any) -> None:
-        self._fault(a, "drop_link", a, b)
+        self._link("drop_link", a, b)
 
     def restore_link(self, a: Any, b: Any) -> None:
-        self._fault(a, "restore_link", a, b)
+        self._link("restore_link", a, b)
+
+    def _link(self, name: str, a: Any, b: Any) -> None:
+        a, b = self._node(a, name), self._node(b, name)
+        if a.session is not b.session:
+            # Each emulator agent is a SAN of its own: no connection joins two hosts (connect_sockets
+            # refuses), so a link between them carries nothing to drop or restore.
+            return
+        self._backend.agent_of(a).call("faults", name, a, b)
 
     def hold(self, socket: Any) -> None:
-        self._fault(socket.process, "hold", socket)
+        socket = self._socket(socket, "hold")
+        self._backend.agent_of(socket).call("faults", "hold", socket)
 
     def release(self, socket: Any) -> None:
-        self._fault(socket.process, "release", socket)
+        socket = self._socket(socket, "release")
+        self._backend.agent_of(socket).call("faults", "release", socket)
 
 
 __all__ = ["AgentError", "HilBackend"]

@@ -208,3 +208,49 @@ def test_bad_input_gets_the_emulators_errors_over_ssh(emulator: EmulatorBackend,
         if got != expected:
             differences.append(f"{name}: emulator {expected}, hil {got}")
     assert not differences, "\n".join(differences)
+
+
+def fault_outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
+    try:
+        call()
+    except Exception as exc:  # what it raised is the outcome
+        return raised(exc)
+    return ("returned",)
+
+
+def fault_outcomes(backend: Backend) -> list[tuple[Any, ...]]:
+    faults: Any = backend.faults  # called with what it does not take
+    assert faults is not None
+    node = backend.nodes[0]
+    return [fault_outcome(lambda: faults.drop_link(node, "node1")),
+            fault_outcome(lambda: faults.restore_link(None, node)),
+            fault_outcome(lambda: faults.fail_allocations(Opaque(), 1)),
+            fault_outcome(lambda: faults.hold(node)),
+            fault_outcome(lambda: faults.release(None))]
+
+
+def test_fault_injection_checks_its_arguments_as_the_emulator_does(emulator: EmulatorBackend,
+                                                                   hil: HilBackend) -> None:
+    expected = [("ValueError", ""), ("ValueError", ""), ("ValueError", ""), ("TypeError", "hold"),
+                ("TypeError", "release")]
+    assert fault_outcomes(emulator) == expected
+    assert fault_outcomes(hil) == expected
+
+
+def test_a_link_between_two_emulator_hosts_carries_nothing_to_drop(hil: HilBackend) -> None:
+    """Each emulator agent is a SAN of its own (no connection joins two hosts): dropping or restoring
+    the link between them changes nothing, as the fuzz of tests/fuzz_spi.py expects of any node pair."""
+    near, far = hil.agents[0].nodes[0], hil.agents[1].nodes[0]
+    faults = hil.faults
+    assert faults is not None
+    conn = Switch(hil).connect()
+    faults.drop_link(near, far)
+    conn.local.send(b"still up")
+    assert conn.remote.recv(8) == b"still up"
+    faults.restore_link(far, near)
+    faults.drop_link(conn.local.process.node, conn.remote.process.node)  # within a host: it resets
+    with pytest.raises(SanError):
+        conn.local.send(b"down")
+        conn.remote.recv(4, timeout=1)
+    faults.restore_link(conn.local.process.node, conn.remote.process.node)
+    conn.close()
