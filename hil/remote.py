@@ -230,8 +230,8 @@ class RemoteOperation(Remote):
 
     def wait(self, timeout: float | None = 10.0) -> Completion:
         if self._completion is None:
-            # The agent waits up to ``timeout``; our own reply deadline leaves it room to answer.
-            # The agent judges the argument; a wait it cannot mean gets the default reply deadline.
+            # The agent waits up to ``timeout``; our own reply deadline leaves it room to answer. The
+            # argument is the agent's to judge: one that is no timeout gets the default reply deadline.
             limit = None
             if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 <= timeout < 1e9:
                 limit = timeout + 30
