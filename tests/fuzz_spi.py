@@ -982,6 +982,13 @@ class SpiFuzz(RuleBasedStateMachine):
                 self._disarm(fail)
         if not isinstance(conn, BaseException):
             try:
+                if rnd.random() < 0.3:  # the application's calls with junk: refused, the connection unharmed
+                    junk = rnd.choice([None, "text", 5, [b"x"], 1.5])
+                    bad = self._outcome(what + f" send({junk!r})", lambda: conn.local.send(junk))
+                    assert isinstance(bad, TypeError), f"{what}: send({junk!r}) gave {bad!r}"
+                    nbytes = rnd.choice([None, -1, 1.5, "4", True])
+                    bad = self._outcome(what + f" recv({nbytes!r})", lambda: conn.remote.recv(nbytes, timeout=1.0))
+                    assert isinstance(bad, (TypeError, ValueError)), f"{what}: recv({nbytes!r}) gave {bad!r}"
                 data = _pattern(self.steps, rnd.choice([1, 100, 300, 5000]))
                 sent = self._outcome(what + " send", lambda: conn.local.send(data))
                 assert not isinstance(sent, BaseException), f"{what}: send: {sent!r}"

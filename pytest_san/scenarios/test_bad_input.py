@@ -28,14 +28,17 @@ def _live(backend: Backend) -> list[int]:
     return [node.proxy.live_allocations() for node in backend.nodes]
 
 
-def _refused_at_call(call: Callable[[], Any], *codes: WsaError, errors: tuple[type[Exception], ...] = ()) -> None:
-    """``call`` raises a SanError with one of ``codes``, or one of ``errors``."""
+def _refused_at_call(call: Callable[[], Any], *codes: WsaError, errors: tuple[type[Exception], ...] = (),
+                     naming: str = "") -> None:
+    """``call`` raises a SanError with one of ``codes``, or one of ``errors`` naming the argument ``naming``
+    (an exception from deep inside, that names nothing, is no answer)."""
     try:
         result = call()
     except SanError as exc:
         assert exc.code in codes, f"expected one of {[c.name for c in codes]}, got {exc}"
         return
-    except errors:
+    except errors as exc:
+        assert naming in str(exc), f"{type(exc).__name__} does not name {naming!r}: {exc}"
         return
     raise AssertionError(f"accepted: returned {result!r}")
 
@@ -102,7 +105,7 @@ def test_malformed_scatter_list_is_a_type_error_before_anything_is_in_use(raw_pa
     entries = [good, bad]
     before = _regs(a), _regs(b)
     args: tuple[Any, ...] = (a.socket, entries, desc, 0) if kind.startswith("rdma") else (a.socket, entries)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="buffers"):  # naming the argument
         getattr(a.provider, kind)(*args)
     assert (_regs(a), _regs(b)) == before
     assert target.unchanged() and local.unchanged()
@@ -119,7 +122,7 @@ def test_access_that_only_equals_a_flag_is_einval(raw_pair: tuple[RawEnd, RawEnd
     buf = a.process.alloc(64)
     before = _regs(a)
     _refused_at_call(lambda: a.provider.register_memory(a.socket, buf, access), WsaError.WSAEINVAL,
-                     errors=(TypeError,))
+                     errors=(TypeError,), naming="access")
     assert _regs(a) == before
 
 
@@ -134,7 +137,7 @@ def test_descriptor_size_must_be_an_integer(raw_pair: tuple[RawEnd, RawEnd], siz
         a.provider.deregister_rdma_memory(a.socket, desc)
     else:
         _refused_at_call(lambda: a.provider.register_rdma_memory(a.socket, buf, Access.READ, size),
-                         WsaError.WSAEINVAL, errors=(TypeError,))
+                         WsaError.WSAEINVAL, errors=(TypeError,), naming="descriptor_size")
     assert _regs(a) == before
 
 
@@ -151,7 +154,7 @@ def test_registering_no_buffer_at_all_is_refused(raw_pair: tuple[RawEnd, RawEnd]
     a, _ = raw_pair
     before = _regs(a)
     _refused_at_call(lambda: getattr(a.provider, register)(a.socket, None, Access.READ),
-                     WsaError.WSAEFAULT, WsaError.WSAEINVAL, errors=(TypeError,))
+                     WsaError.WSAEFAULT, WsaError.WSAEINVAL, errors=(TypeError,), naming="buffer")
     assert _regs(a) == before
 
 
