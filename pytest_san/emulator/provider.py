@@ -285,23 +285,41 @@ class EmulatedProvider:
         return peer
 
     def _run_rdma(self, op: EmulatedOperation, rkey: int, offset: int) -> None:
-        peer = self._reachable_peer(op)
-        if peer is None:
-            return
+        sock = op.socket
+        peer = sock.peer
+        fabric = self._fabric
+        # _reachable_peer's checks, inline; with no link down (the usual case) no node pair to build.
+        if (sock.state is not _CONNECTED or peer is None
+                or (fabric._down and not fabric.link_up(self, peer.provider))):
+            peer = self._reachable_peer(op)  # completes op as a flushed or reset QP would
+            if peer is None:
+                return
         # The responder checks the window: bound to this connection (R2), registered (R3),
         # the right access (R6, R7) and in bounds (R8).
         win = peer.windows.get(rkey)
-        need = _WRITE if op.kind == "rdma_write" else _READ
-        if (win is None or not win.flags & need or offset < 0 or offset + op.nbytes > win.length
-                or not peer.process.alive):
+        nbytes = op.nbytes
+        write = op.kind == "rdma_write"
+        if (win is None or not win.flags & (_WRITE if write else _READ) or offset < 0
+                or offset + nbytes > win.length or not peer._process.alive):
             self._fail(op, Status.ACCESS_VIOLATION)
             return
-        remote = [(win.mem, win.offset + offset, op.nbytes)]
-        if op.kind == "rdma_write":
-            _copy(remote, op.segments)
+        start = win.offset + offset
+        segments = op.segments
+        if len(segments) == 1:  # one local buffer: one copy, as _copy makes it, without its lists
+            mem, off, _ = segments[0]
+            if write:
+                dmem, doff, smem, soff = win.mem, start, mem, off
+            else:
+                dmem, doff, smem, soff = mem, off, win.mem, start
+            if soff == 0 and nbytes == len(smem) and 0 <= doff <= len(dmem) - nbytes:
+                dmem[doff:doff + nbytes] = smem  # a whole mapping: straight in, no views to make
+            else:
+                memoryview(dmem)[doff:doff + nbytes] = memoryview(smem)[soff:soff + nbytes]
+        elif write:
+            _copy([(win.mem, start, nbytes)], segments)
         else:
-            _copy(op.segments, remote)
-        op.complete(Status.SUCCESS, op.nbytes)
+            _copy(segments, [(win.mem, start, nbytes)])
+        op.succeed(nbytes)
 
     def send(self, socket: Any, buffers: Sequence[tuple[Any, int]]) -> EmulatedOperation:
         op = self._post(socket, buffers, "send")
@@ -421,10 +439,19 @@ def _deliver(send: EmulatedOperation, recv: EmulatedOperation) -> None:
 
 
 def _copy(dst: list[Segment], src: list[Segment]) -> None:
-    """Scatter the bytes of ``src`` segments into ``dst`` segments, in order."""
+    """Scatter the bytes of ``src`` segments into ``dst`` segments, in order.
+
+    Each piece is one memmove (overlap-safe): memoryviews on both sides, or, for a whole
+    mapping, the bytearray itself assigned to a slice of exactly its length (never a resize).
+    A bytearray slice assigned anything but a bytearray would first copy it into a temporary
+    one: twice the work. The views are temporaries, released at once: nothing stays pinned.
+    """
     if len(dst) == 1 and len(src) == 1:  # the common case: one copy, no loop
         (dmem, doff, _), (smem, soff, n) = dst[0], src[0]
-        dmem[doff:doff + n] = memoryview(smem)[soff:soff + n]
+        if soff == 0 and n == len(smem) and 0 <= doff <= len(dmem) - n:
+            dmem[doff:doff + n] = smem
+        else:
+            memoryview(dmem)[doff:doff + n] = memoryview(smem)[soff:soff + n]
         return
     di, dpos = 0, 0
     for smem, soff, slen in src:
@@ -432,7 +459,7 @@ def _copy(dst: list[Segment], src: list[Segment]) -> None:
         while slen:
             dmem, doff, dlen = dst[di]
             n = min(slen, dlen - dpos)
-            dmem[doff + dpos:doff + dpos + n] = view[soff:soff + n]
+            memoryview(dmem)[doff + dpos:doff + dpos + n] = view[soff:soff + n]
             soff += n
             slen -= n
             dpos += n
