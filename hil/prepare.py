@@ -16,7 +16,7 @@ def prepare_host(host: HostConfig, create_rxe: bool = False, timeout: float = 12
     try:
         with open_transport(host) as transport:
             directory, _ = push_agent(transport)
-            argv = [host.python_interpreter, f"{directory}/hil/agent/prepare.py"]
+            argv = [*host.python_argv, f"{directory}/hil/agent/prepare.py"]
             if host.device:
                 argv += ["--device", host.device]
             if host.netdev:

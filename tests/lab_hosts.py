@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+import pytest
 from sshd import SshServer
 
-from hil.inventory import HostConfig
+from hil.inventory import HostConfig, load_inventory
 
 NAMES = ("leaseA", "leaseB")
 
@@ -45,3 +46,24 @@ def start_pytest(args: Sequence[str], cwd: Path, output: IO[bytes]) -> subproces
     """``python -m pytest ARGS`` in ``cwd`` (no cache), stdout and stderr into ``output``."""
     return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd,
                             stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=pytest_env())
+
+
+INVENTORY_ENV = "SAN_LAB_INVENTORY"
+
+
+def running_lab_hosts() -> list[HostConfig]:
+    """The verbs hosts of the running lab that SAN_LAB_INVENTORY names; the test is skipped (saying why)
+    when it names none, and fails when it names a file that is not there."""
+    value = os.environ.get(INVENTORY_ENV)
+    if not value:
+        pytest.skip(f"{INVENTORY_ENV} is not set: these tests need a running Soft-RoCE lab "
+                    f"(san-hil lab up --hosts 2 --inventory-out lab.yaml; {INVENTORY_ENV}=lab.yaml)")
+    path = Path(value)
+    if not path.is_file():  # asked for, but not there: a broken CI job, not a reason to skip
+        pytest.fail(f"{INVENTORY_ENV}={value}: no such file (is the lab up?)")
+    hosts = load_inventory(path).select("san")
+    not_verbs = [h.name for h in hosts if h.engine != "verbs"]
+    if len(hosts) < 2 or not_verbs:
+        pytest.skip(f"{INVENTORY_ENV}={value}: these tests need two verbs hosts in group san, got "
+                    f"{[h.name for h in hosts]} (not verbs: {not_verbs})")
+    return hosts

@@ -26,21 +26,19 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_hosts import running_lab_hosts
 
 from hil.backend import Agent, HilBackend
 from hil.client import AgentError
-from hil.inventory import HostConfig, load_inventory
+from hil.inventory import HostConfig
 from hil.lab.state import LabState, group_members
 from hil.transport import TransportError
 from hil.transport.base import CLOSE_GRACE
 from hil.transport.ssh import KILL_TIMEOUT
 from pytest_san import Access, Completion, SanError, Status, Switch
-
-INVENTORY_ENV = "SAN_LAB_INVENTORY"
 
 TRANSFER = 16 << 20  # bytes per RDMA write in the link test (about 1.5 s each under TCG)
 TRANSFER_SECONDS = 4.0  # the posted writes should take about this long, so the link drops mid-transfer
@@ -59,19 +57,7 @@ RUN_TIMEOUT = 30.0  # for commands on the guests
 
 @pytest.fixture(scope="module")
 def lab_hosts() -> list[HostConfig]:
-    value = os.environ.get(INVENTORY_ENV)
-    if not value:
-        pytest.skip(f"{INVENTORY_ENV} is not set: these tests need a running Soft-RoCE lab "
-                    f"(san-hil lab up --hosts 2 --inventory-out lab.yaml; {INVENTORY_ENV}=lab.yaml)")
-    path = Path(value)
-    if not path.is_file():  # asked for, but not there: a broken CI job, not a reason to skip
-        pytest.fail(f"{INVENTORY_ENV}={value}: no such file (is the lab up?)")
-    hosts = load_inventory(path).select("san")
-    not_verbs = [h.name for h in hosts if h.engine != "verbs"]
-    if len(hosts) < 2 or not_verbs:
-        pytest.skip(f"{INVENTORY_ENV}={value}: these tests need two verbs hosts in group san, got "
-                    f"{[h.name for h in hosts]} (not verbs: {not_verbs})")
-    return hosts
+    return running_lab_hosts()
 
 
 @contextlib.contextmanager

@@ -198,8 +198,10 @@ class VerbsProvider:
         return value
 
     def registrations(self, socket: Any) -> list[dict[str, Any]]:
-        if not isinstance(socket, VerbsSocket) or socket.closed or not socket.process.alive:
-            return []
+        if not isinstance(socket, VerbsSocket):
+            raise SanError(WSAENOTSOCK, f"{socket!r:.80} is not a socket of this host")
+        if socket.closed or not socket.process.alive:
+            return []  # a closed socket holds nothing (the emulator answers the same)
         regs: list[dict[str, Any]] = socket.process.child.call("registrations", socket=socket.sid)
         return regs
 

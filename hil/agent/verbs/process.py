@@ -270,7 +270,7 @@ class VerbsProcess:
         return {"address": address, "length": nbytes}
 
     def free(self, address: int) -> None:
-        mapping = self._maps.get(address)
+        mapping = self._maps.get(address) if is_int(address) else None
         if mapping is None:
             raise SanError(WSAEINVAL, f"no buffer starts at {address:#x} in pid {self.pid}")
         end = address + mapping.length
@@ -598,6 +598,8 @@ class VerbsProcess:
 
     def getsockopt(self, socket: int, option: int) -> int:
         self._socket(socket)
+        if not is_int(option):  # 28685.0 == SO_MAX_RDMA_SIZE, but it is no option
+            raise SanError(WSAEINVAL, f"unknown socket option {option!r:.80}")
         if option == SO_MAX_RDMA_SIZE:
             return min(MAX_RDMA_SIZE, self.max_msg_sz) if self.max_msg_sz else MAX_RDMA_SIZE
         if option == SO_RDMA_THRESHOLD_SIZE:
