@@ -1059,10 +1059,11 @@ class SpiFuzz(RuleBasedStateMachine):
             result = self._outcome(what, lambda: proxy.free_contiguous(*args))
             refused = isinstance(result, BaseException)
             if not refused:
-                same = owner == n and args[0] == base and args[1] == nbytes and _is_int(args[0]) and \
-                    _is_int(args[1]) and _is_int(args[2]) and int(args[2]) == int(cache)
+                # Every node has its own memory: node n may well hold a block with the very same values.
+                same = [blk for blk in self.blocks if blk[0] == n and all(_is_int(v) for v in args)
+                        and (blk[1], blk[2], int(blk[3])) == (args[0], args[1], int(args[2]))]
                 assert same, f"{what}: accepted"
-                self.blocks.remove((owner, base, nbytes, cache))
+                self.blocks.remove(same[0])
                 fx.live[n] = -1
             elif exact:
                 raise AssertionError(f"{what}: the exact values were refused: {result!r}")
