@@ -507,6 +507,15 @@ def test_bad_input_is_refused_before_anything_changes(spawn: Callable[..., host.
                                     offset=True)).code == C.WSAEINVAL
     assert a.call("registrations", socket=sa) == regs and target.unchanged()
     assert a.call("socket_state", socket=sa) == "connected"
+    # An offset that wraps the 64-bit address space names no byte of the window (offset 2**64 once read
+    # its start): refused like any offset past the window, nothing moved.
+    for kind in ("rdma_write", "rdma_read"):
+        s1, s2 = connect(a, b)
+        mine, h1 = source(a, s1, DATA, access=C.ACCESS_READWRITE)
+        theirs, desc2 = window(b, s2, 16, C.ACCESS_READWRITE)
+        done = wait(a, a.call(kind, socket=s1, buffers=[[mine, 1, h1]], descriptor=desc2, offset=1 << 64))
+        assert done == {"status": C.STATUS_ACCESS_VIOLATION, "bytes": 0} and theirs.unchanged()
+        assert a.read(mine, 1) == DATA[:1]
     a.call("deregister_memory", socket=sa, handle=h)  # never marked in use by a refused call
     h = a.call("register_memory", socket=sa, address=src, length=16, access=C.ACCESS_READ)
     done = wait(a, a.call("rdma_write", socket=sa, buffers=[[src, 16, h], [src, 16, str(h)]], descriptor=desc,

@@ -59,6 +59,7 @@ from .constants import (
     SO_MAX_RDMA_SIZE,
     SO_RDMA_THRESHOLD_SIZE,
     STATUS_ABORTED,
+    STATUS_ACCESS_VIOLATION,
     STATUS_CONNECTION_RESET,
     STATUS_LOCAL_PROTECTION,
     STATUS_SUCCESS,
@@ -692,9 +693,10 @@ class VerbsProcess:
         (sock.recv_ops if kind == "recv" else sock.send_ops).add(op.id)
         return op
 
-    def _refuse(self, op: Operation) -> int:
-        """The provider refuses the local buffers: LOCAL_PROTECTION, and the connection breaks as on verbs."""
-        self._finish(op, STATUS_LOCAL_PROTECTION, 0)
+    def _refuse(self, op: Operation, status: int = STATUS_LOCAL_PROTECTION) -> int:
+        """The provider refuses the operation (LOCAL_PROTECTION: its local buffers), and the connection
+        breaks as on verbs."""
+        self._finish(op, status, 0)
         op.sock.state = "error"
         self._to_error(op.sock)
         return op.id
@@ -747,6 +749,10 @@ class VerbsProcess:
         sges = self._gather(sock, op, buffers, ACCESS_READ if kind == "rdma_write" else ACCESS_WRITE)
         if sges is None:
             return self._refuse(op)
+        if not 0 <= address + offset <= U64 - op.nbytes:
+            # No remote address the NIC could be given: wrapped modulo 2**64 it would name bytes inside the
+            # window (offset 2**64 read the window's start). Past any window: what the responder answers.
+            return self._refuse(op, STATUS_ACCESS_VIOLATION)
         opcode = e.IBV_WR_RDMA_WRITE if kind == "rdma_write" else e.IBV_WR_RDMA_READ
         wr = SendWR(wr_id=op.id, opcode=opcode, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
         # The responder's NIC checks the window: its QP (R2), validity (R3), access (R6/R7), bounds (R8).
