@@ -743,7 +743,7 @@ class VerbsProcess:
             raise SanError(WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
         if not is_int(offset):
             raise SanError(WSAEINVAL, f"offset {offset!r} is not an integer")
-        address, _length, rkey = DESCRIPTOR.unpack(bytes(descriptor))
+        address, window_length, rkey = DESCRIPTOR.unpack(bytes(descriptor))
         op = self._new_op(sock, kind)
         # Local side: an RdmaWrite source must be readable (R7), an RdmaRead sink writable (R6).
         sges = self._gather(sock, op, buffers, ACCESS_READ if kind == "rdma_write" else ACCESS_WRITE)
@@ -752,6 +752,15 @@ class VerbsProcess:
         if not 0 <= address + offset <= U64 - op.nbytes:
             # No remote address the NIC could be given: wrapped modulo 2**64 it would name bytes inside the
             # window (offset 2**64 read the window's start). Past any window: what the responder answers.
+            return self._refuse(op, STATUS_ACCESS_VIOLATION)
+        if op.nbytes == 0:
+            # Nothing to move: rxe (kernel 6.1) never completes a zero-length RDMA READ, and the IB spec lets
+            # a NIC skip the rkey check of a zero-length transfer. Completed here, checked against the
+            # window's range as the descriptor states it (whether it is still registered, and its access,
+            # only the peer's NIC knows: a documented alternative).
+            if 0 <= offset <= window_length:
+                self._finish(op, STATUS_SUCCESS, 0)
+                return op.id
             return self._refuse(op, STATUS_ACCESS_VIOLATION)
         opcode = e.IBV_WR_RDMA_WRITE if kind == "rdma_write" else e.IBV_WR_RDMA_READ
         wr = SendWR(wr_id=op.id, opcode=opcode, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
