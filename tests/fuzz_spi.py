@@ -339,8 +339,11 @@ class SpiFuzz(RuleBasedStateMachine):
             if old_state is None or old_state == state:
                 continue
             s = self._by_index(i)
+            # On a real NIC a QP goes to error when it does, and either end learns it at its next call
+            # (a violation seen by the responder, a retry exhausted): connected -> error, never closed.
             free = (not refused and i in fx.may_change_state) or (
-                not self.sync and (s.peer is None or not before.states.get(s.peer.index, (False, True))[0]))
+                not self.sync and (s.peer is None or not before.states.get(s.peer.index, (False, True))[0]
+                                   or (old_state[0] and not state[0] and not state[1])))
             assert free, f"{what}: {s} went from (connected, closed)={old_state} to {state}"
             assert not (old_state[1] and not state[1]), f"{what}: {s} was closed and is open again"
         if self.sync:
