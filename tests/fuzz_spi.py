@@ -51,7 +51,7 @@ import random
 import sys
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -61,6 +61,7 @@ from pytest_san import Access, CacheType, Completion, DeviceDescription, SanErro
 from pytest_san.plugin.fixtures import leak_message
 
 ALLOWED = (SanError, TypeError, ValueError)
+T = TypeVar("T")
 E = WsaError
 GUARD = 32
 SIZES = (64, 200)  # every process gets a guarded buffer of each size
@@ -71,6 +72,18 @@ MAX_SGE_TRIED = 6  # beyond any provider's limit sometimes: WSAEINVAL
 RND = st.randoms(use_true_random=True)  # one draw per rule; every choice inside comes from it
 
 Loc = tuple[int, int, int]  # (tracked buffer index, offset in its whole allocation, length)
+
+
+def weighted(rnd: random.Random, items: Sequence[T], weights: Sequence[int]) -> T:
+    """One of ``items``, drawn by ``weights``.
+
+    Not rnd.choices: with use_true_random=False, Hypothesis' Random ignores the weights."""
+    x = rnd.random() * sum(weights)
+    for item, weight in zip(items, weights, strict=True):
+        x -= weight
+        if x < 0:
+            return item
+    return items[-1]
 
 
 def _pattern(seed: int, n: int) -> bytes:
@@ -395,7 +408,7 @@ class SpiFuzz(RuleBasedStateMachine):
             live = list(fit) or [s for s in self._open() if not connected or s.sock.connected]
             if live:
                 weights = [6 if s in self.slots[0] else 1 for s in live]
-                return self._weighted(rnd, live, weights).sock
+                return weighted(rnd, live, weights).sock
         if x < 0.98 or not self.socks:
             return rnd.choice(self.socks).sock
         return rnd.choice([*JUNK, self.procs[0], self.bufs[0].inner])
@@ -414,15 +427,6 @@ class SpiFuzz(RuleBasedStateMachine):
                 continue
             out.append(s)
         return out
-
-    @staticmethod
-    def _weighted(rnd: random.Random, items: Sequence[Any], weights: Sequence[int]) -> Any:
-        x = rnd.random() * sum(weights)
-        for item, w in zip(items, weights, strict=True):
-            x -= w
-            if x < 0:
-                return item
-        return items[-1]
 
     def _by_index(self, i: int) -> TSock:
         return next(s for s in self.socks if s.index == i)
@@ -456,7 +460,7 @@ class SpiFuzz(RuleBasedStateMachine):
         being that of ``home``."""
         mine = self._my_bufs(proc)
         b = rnd.choice(mine)
-        shape = self._weighted(rnd, ["range", "whole", "empty", "negative", "overrun", "unmapped", "foreign",
+        shape = weighted(rnd, ["range", "whole", "empty", "negative", "overrun", "unmapped", "foreign",
                                      "duck", "duck_junk", "junk"], [40, 10, 6, 8, 5, 5, 8, 4, 4, 6])
         if clean:
             shape = rnd.choice(["range", "range", "whole"])
@@ -621,12 +625,12 @@ class SpiFuzz(RuleBasedStateMachine):
         proc = s.proc if s is not None else 0
         recs = self._recs(s, "memory") if s is not None else []
         fit = [r for r in recs if r.access & need]
-        count = self._weighted(rnd, list(range(MAX_SGE_TRIED + 1)), [2, 40, 20, 10, 6, 3, 2])
+        count = weighted(rnd, list(range(MAX_SGE_TRIED + 1)), [2, 40, 20, 10, 6, 3, 2])
         if clean:
             count = max(1, min(count, 4))
         entries = []
         for _ in range(count):
-            kind = self._weighted(rnd, ["good", "zero", "negative", "outside", "foreign", "handle", "malformed",
+            kind = weighted(rnd, ["good", "zero", "negative", "outside", "foreign", "handle", "malformed",
                                         "duck", "duck_junk"], [45, 6, 8, 6, 6, 8, 8, 5, 8])
             if clean:
                 kind = "zero" if rnd.random() < 0.05 else "good"
@@ -676,7 +680,7 @@ class SpiFuzz(RuleBasedStateMachine):
                                    "ab", (5, handle), [b.inner]])
                 entries.append(Entry(item, None, proc, handle, "malformed"))
         items = [e.item for e in entries]
-        shape = self._weighted(rnd, ["list", "tuple", "none", "str", "generator", "pair", "int"],
+        shape = weighted(rnd, ["list", "tuple", "none", "str", "generator", "pair", "int"],
                                [80, 6, 3, 3, 3, 3, 2])
         if clean:
             shape = "list"

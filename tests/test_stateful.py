@@ -30,9 +30,10 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from fuzz_spi import weighted
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -71,7 +72,6 @@ TRANSFERS = ("rdma_write", "rdma_read", "send", "recv")
 QUIET_STEPS = 8  # close waits this many steps after the last one
 SGE_COUNTS = (1, 1, 1, 1, 2, 2, 2, 3, MAX_SGE, MAX_SGE + 1)
 
-T = TypeVar("T")
 View = tuple[int, int, int, int]  # (process index, buffer index, offset, length)
 
 
@@ -135,14 +135,6 @@ def _mostly(rnd: random.Random, p: float = 0.9) -> bool:
     return rnd.random() < p
 
 
-def _weighted(rnd: random.Random, items: Sequence[T], weights: Sequence[int]) -> T:
-    # Not rnd.choices: with use_true_random=False, Hypothesis' Random ignores the weights.
-    x = rnd.random() * sum(weights)
-    for item, weight in zip(items, weights, strict=True):
-        x -= weight
-        if x < 0:
-            return item
-    return items[-1]
 
 
 # What a connected socket needs for an operation to be able to succeed.
@@ -218,7 +210,7 @@ class SanMachine(RuleBasedStateMachine):
         if fit and _mostly(rnd, 0.95):
             best = [s for s in fit if prefer(s)] if prefer else []
             fit = best if best and _mostly(rnd, 0.7) else fit
-            return _weighted(rnd, fit, [8 if s in self.slots[0] else 1 for s in fit])
+            return weighted(rnd, fit, [8 if s in self.slots[0] else 1 for s in fit])
         return rnd.choice(self._current())
 
     def _buffer(self, view: View) -> Any:
@@ -453,7 +445,7 @@ class SanMachine(RuleBasedStateMachine):
                    "recv": any(s.peer and s.peer.sends for s in useful["recv"])}
         kinds = [op for op in TRANSFERS if useful[op]]
         weights = [3 if op.startswith("rdma") or waiting.get(op) else 1 for op in kinds]
-        kind = _weighted(rnd, kinds, weights)
+        kind = weighted(rnd, kinds, weights)
         count = rnd.choice(SGE_COUNTS)
         if kind.startswith("rdma"):
             self._rdma(rnd, kind, count)
