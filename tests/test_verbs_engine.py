@@ -745,7 +745,9 @@ def test_engine_checks_scatter_lists_before_the_child_sees_them() -> None:
     sock = VerbsSocket(process, 1)
     good = (VerbsBuffer(process, 0x1000, 16), 7)
     assert _pairs(sock, [good]) == [[0x1000, 16, 7]]
-    for bad in ([good, None], [good, (good[0],)], [good, (None, 7)], "x", [good, {"buffer": 1}]):
+    other = VerbsBuffer(VerbsProcess.__new__(VerbsProcess), 0x2000, 16)  # another process's buffer: WSAEFAULT...
+    for bad in ([good, None], [good, (good[0],)], [good, (None, 7)], "x", [good, {"buffer": 1}],
+                [good, (other, 7), [good[0]]]):  # ... but a malformed entry after it is the TypeError, as in-process
         with pytest.raises(TypeError, match="local_buffers"):
             _pairs(sock, bad)
 

@@ -104,11 +104,11 @@ def _pairs(sock: VerbsSocket, buffers: list[Any]) -> list[list[int]]:
     before the child sees any, so a malformed list marks nothing in use."""
     if not isinstance(buffers, (list, tuple)):
         raise TypeError(f"local_buffers must be a list of (buffer, handle) pairs, got {buffers!r:.80}")
-    out = []
-    for i, pair in enumerate(buffers):
+    for i, pair in enumerate(buffers):  # every entry's shape first: a malformed one is a TypeError, whatever else
         if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], VerbsBuffer):
             raise TypeError(f"local_buffers[{i}] is not a (buffer, handle) pair: {pair!r:.80}")
-        buffer, handle = pair
+    out = []
+    for buffer, handle in buffers:
         if buffer.process is not sock.process:
             # Another process's address means nothing here; the child would read its own memory.
             raise SanError(WSAEFAULT, f"buffer of pid {buffer.process.pid} used on a socket of pid {sock.process.pid}")
