@@ -102,3 +102,8 @@ class Leak:
 
     def __str__(self) -> str:
         return f"{self.node}: {self.kind} {self.detail}"
+
+
+def is_int(value: object) -> bool:
+    """An integer argument: an int (or an int subclass such as an IntEnum), but not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)

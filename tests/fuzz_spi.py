@@ -59,6 +59,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from pytest_san import Access, CacheType, Completion, DeviceDescription, SanError, Status, Switch, WsaError
 from pytest_san.plugin.fixtures import leak_message
+from pytest_san.types import is_int as _is_int
 
 ALLOWED = (SanError, TypeError, ValueError)
 T = TypeVar("T")
@@ -89,9 +90,6 @@ def weighted(rnd: random.Random, items: Sequence[T], weights: Sequence[int]) -> 
 def _pattern(seed: int, n: int) -> bytes:
     return bytes((seed * 37 + i * 11) % 251 + 1 for i in range(n))
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _huge(rnd: random.Random) -> int:

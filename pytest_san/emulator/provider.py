@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SanError, WsaError
 from ..types import PAGE_SIZE, SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, Access, Status
+from ..types import is_int as _is_int
 from .process import EmulatedBuffer, EmulatedProcess
 from .sockets import EmulatedOperation, EmulatedRegistration, EmulatedSocket, SocketState, Waitable
 
@@ -392,10 +393,6 @@ class EmulatedProvider:
                 assert callable(run)
                 run(op)
 
-
-def _is_int(value: object) -> bool:
-    """An integer: an int (or an int subclass such as an IntEnum), but not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _buffer_fields(buffer: object, what: str) -> tuple[Any, Any, Any]:

@@ -19,6 +19,7 @@ from ..types import (
     DeviceDescription,
     Leak,
 )
+from ..types import is_int as _is_int
 from .memory import PhysicalMemory, Run, page_up
 
 _new = object.__new__
@@ -397,10 +398,6 @@ _DESCRIPTION_FLAGS = ("master", "scatter_gather", "dma32", "dma64")
 def _einval(message: str) -> SanError:
     return SanError(WsaError.WSAEINVAL, message)
 
-
-def _is_int(value: object) -> bool:
-    """An integer: an int (or an int subclass such as an IntEnum), but not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _integers(call: str, **values: object) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 from ..errors import SanError, WsaError
 from ..protocols import Backend, Node, Process, Socket
 from ..types import SO_RDMA_THRESHOLD_SIZE
+from ..types import is_int as _is_int
 from .connection import Connection
 from .endpoint import add_note
 from .session import HEADER, LENGTH
@@ -22,9 +23,6 @@ MIN_MESSAGE_COUNT = 3
 and with two the ends would answer each other's credit-only messages for ever."""
 MAX_MESSAGE_COUNT = 1024
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_options(rdma_threshold: object, rdma_mode: object, message_size: object, message_count: object) -> None:
