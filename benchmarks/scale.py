@@ -1,7 +1,7 @@
 """How the conformance suite scales over lab hosts with pytest-xdist: ``-n 1`` against ``-n 2``.
 
 Run ``python benchmarks/scale.py`` (``--rounds N``, default 3). It starts a throwaway OpenSSH server on
-127.0.0.1 (tests/sshd.py; needs /usr/sbin/sshd), writes an inventory of two emulator-engine hosts
+127.0.0.1 (tests/support/sshd.py; needs /usr/sbin/sshd), writes an inventory of two emulator-engine hosts
 behind it (two names, so two leases), and runs ``pytest --pyargs pytest_san.scenarios
 --san-backend=hil -n N`` for N = 1 and 2, alternating, so both see the same machine load. It prints
 each run's wall time (process start to exit, xdist start-up included) and pytest's own session time,
@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from lab_hosts import host_configs, pytest_env, write_inventory  # noqa: E402
-from sshd import SSHD, start_sshd  # noqa: E402
+from tests.support.lab_hosts import host_configs, pytest_env, write_inventory  # noqa: E402
+from tests.support.sshd import SSHD, start_sshd  # noqa: E402
 
 NAMES = ("scaleA", "scaleB")
 

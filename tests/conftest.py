@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab_hosts import host_configs
-from sshd import SSHD, SshServer, start_sshd
 
 from hil.inventory import HostConfig
+from tests.support.lab_hosts import host_configs
+from tests.support.sshd import SSHD, SshServer, start_sshd
 
 pytest_plugins = ["pytester"]
 
@@ -40,5 +40,5 @@ def remote_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def hosts(sshd: SshServer, remote_tmp: Path) -> list[HostConfig]:
-    """Two emulator-engine lab hosts behind the test sshd (tests/lab_hosts.py)."""
+    """Two emulator-engine lab hosts behind the test sshd (tests/support/lab_hosts.py)."""
     return host_configs(sshd, remote_tmp)

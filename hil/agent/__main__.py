@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the pushed tree: hil/agent and, for the emulator engine, pytest_san
 
-from hil.agent import lease, server, wire  # noqa: E402
+from hil.agent import lease, server  # noqa: E402
+from hil.rpc import framing as wire  # noqa: E402
 
 BUSY = 4  # exit status of an agent that found its host leased by another
 

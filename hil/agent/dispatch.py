@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from hil.agent import wire
+from hil.rpc import framing as wire
 
 # The methods each kind of remote object answers: the protocol's surface, nothing more.
 METHODS = {

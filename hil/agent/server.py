@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from hil.agent import wire
 from hil.agent.dispatch import METHODS, Dispatcher, Registry
+from hil.rpc import framing as wire
 
 # What is pushed to a host: the agent and the parts of pytest_san the emulator engine runs.
-AGENT_TREES = ("hil/agent", "pytest_san/emulator", "pytest_san/switch")
+AGENT_TREES = ("hil/agent", "hil/rpc", "pytest_san/emulator", "pytest_san/switch")
 AGENT_FILES = ("hil/__init__.py", "pytest_san/__init__.py", "pytest_san/errors.py", "pytest_san/types.py",
                "pytest_san/protocols.py", "pytest_san/burst.py")
 
@@ -30,10 +30,10 @@ def agent_files(root: Path) -> Iterator[tuple[str, bytes]]:
 
 def make_engine(name: str, host: str, options: dict[str, Any]) -> Any:
     if name == "emulator":
-        from hil.agent.emulator_engine import EmulatorEngine
+        from hil.agent.engines.emulator import EmulatorEngine
 
         return EmulatorEngine(host, **options)
-    from hil.agent.verbs.engine import VerbsEngine  # imports pyverbs: only where it is asked for
+    from hil.agent.engines.verbs.engine import VerbsEngine  # imports pyverbs: only where it is asked for
 
     return VerbsEngine(host, **options)
 
@@ -144,6 +144,6 @@ def serve(engine_name: str, host: str, options: str, content_hash: str, stdin: B
 
 
 def _emulator_kind_of() -> Any:
-    from hil.agent.emulator_engine import kind_of
+    from hil.agent.engines.emulator import kind_of
 
     return kind_of

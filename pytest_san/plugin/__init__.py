@@ -1,7 +1,8 @@
 """pytest-san's pytest plugin (the ``pytest11`` entry point ``san``).
 
 This module only wires the parts together: ``hookspecs`` declares the hooks other plugins may
-implement, ``hooks`` holds options, markers, capability skips and the conformance report,
+implement, ``options`` the command line and ini keys, ``backends`` finds backends other packages
+provide by name, ``hooks`` holds markers, capability skips and the conformance report,
 ``fixtures`` holds ``san_backend``, ``san_switch``, ``san_provider``, ``san_proxy`` and the leak check.
 """
 
@@ -12,7 +13,7 @@ import pytest
 from . import hookspecs
 
 # Registered under their module names, so ``-p no:pytest_san.plugin.fixtures`` works as usual.
-pytest_plugins = ["pytest_san.plugin.hooks", "pytest_san.plugin.fixtures"]
+pytest_plugins = ["pytest_san.plugin.options", "pytest_san.plugin.hooks", "pytest_san.plugin.fixtures"]
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from ..report import LEAK_RULE, ConformanceReport, Outcome, catalog_order, is_rule_id, worse
+from .backends import backend_entry_points, load_backend_plugin
+from .options import DEFAULT_BACKEND
 
 if TYPE_CHECKING:
     from ..protocols import Backend, Node, Provider, Proxy
 
-DEFAULT_BACKEND = "emulator"
 SAN_FIXTURES = frozenset({"san_backend", "san_switch", "san_provider", "san_proxy"})
 """Using any of these (directly or through another fixture) makes a test a SAN test."""
 
@@ -36,24 +37,16 @@ _LEAKS_ATTR = "san_leaks"
 _RECORDER = "san-report-recorder"
 
 
-# --- options and markers ------------------------------------------------------------------
+# --- markers and the backend's plugin -------------------------------------------------------
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("san", "SAN conformance (pytest-san)")
-    group.addoption("--san-backend", metavar="NAME", default=None,
-                    help=f"backend to run SAN tests on (default: ini san_backend, else {DEFAULT_BACKEND!r})")
-    group.addoption("--san-report", metavar="PATH", default=None,
-                    help="write the conformance report (rule -> passed/failed/skipped) as JSON to PATH")
-    parser.addini("san_backend", f"default for --san-backend (else {DEFAULT_BACKEND!r})",
-                  default=DEFAULT_BACKEND)
-
-
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     # Registered here so --strict-markers accepts them.
     config.addinivalue_line("markers", "san_rule(*ids): conformance rules (R1..R14, P1..P5) this test "
                                        "checks; its outcome is counted for each in the SAN report")
     config.addinivalue_line("markers", "san_requires(*capabilities): skip unless the SAN backend has every "
                                        "capability named")
+    load_backend_plugin(config, backend_name(config))  # before other plugins configure: it may add hooks
     config.stash[REPORT_KEY] = ConformanceReport(backend_name(config))
     config.stash[PENDING_KEY] = {}
     config.pluginmanager.register(ReportRecorder(config), _RECORDER)
@@ -112,7 +105,7 @@ def get_backend(config: pytest.Config) -> Backend:
 
 
 def pytest_san_backend_names(config: pytest.Config) -> list[str]:
-    return [DEFAULT_BACKEND]
+    return [DEFAULT_BACKEND, *backend_entry_points()]
 
 
 @pytest.hookimpl(trylast=True)

@@ -1,0 +1,1 @@
+"""What an agent drives: the in-process emulator or a host's RDMA device (verbs)."""

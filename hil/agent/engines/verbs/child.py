@@ -1,0 +1,113 @@
+"""The child process of the verbs engine: one modelled process, answering JSON lines on stdin.
+
+    python3 child.py --device rxe0 --port 1 --gid-index 1 [--mw-mode auto|mw2|mr]
+
+First line out: ``{"id": 0, "result": hello}`` once the device is open, or ``{"id": 0, "error": ...}``
+and exit 2 when it cannot be (no RDMA device, no pyverbs, port down).
+Then each request ``{"id", "method", "params"}`` gets ``{"id", "result"}`` or
+``{"id", "error": {"code": <WSA code or null>, "kind", "message", "required_size"}}``.
+Bytes travel as ``{"$b": base64}``. On stdin EOF (or SIGTERM) everything is released explicitly
+and the process exits. Standard library + pyverbs, Python 3.9 compatible; runs as a script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make ``hil.agent.engines.verbs`` importable from the tree
+    sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4)))
+
+from hil.agent.engines.verbs.constants import SanError
+from hil.rpc.framing import decode, encode
+
+SYSFS = "/sys/class/infiniband"
+METHODS = frozenset((
+    "hello", "alloc", "free", "read", "write",
+    "socket_create", "socket_connect", "socket_state", "socket_peer_closed",
+    "register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
+    "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
+    "getsockopt", "registrations",
+    "supports_rdma_read", "op_wait", "op_done", "leaks", "reset", "exit",
+))
+
+
+def describe(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, SanError):
+        return {"code": exc.code, "kind": "SanError", "message": exc.message or str(exc),
+                "required_size": exc.required_size}
+    return {"code": None, "kind": type(exc).__name__, "message": str(exc), "required_size": None}
+
+
+def _emit(out: Any, message: dict[str, Any]) -> None:
+    out.write(encode(message))
+    out.flush()
+
+
+def serve(proc: Any, inp: Any, out: Any) -> None:
+    """Answer requests until EOF or ``exit``."""
+    for line in inp:
+        if not line.strip():
+            continue
+        rid: int | None = None
+        try:
+            request = decode(line)
+            rid = request.get("id")
+            method = request["method"]
+            params = request.get("params") or {}
+            if method not in METHODS:
+                raise LookupError(f"no method {method!r}")
+            if method == "exit":
+                _emit(out, {"id": rid, "result": None})
+                return
+            result = getattr(proc, method)(**params)
+            _emit(out, {"id": rid, "result": result})
+        except Exception as exc:  # every failure goes back, named
+            _emit(out, {"id": rid, "error": describe(exc)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pytest-san-verbs-child")
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--port", type=int, default=1)
+    parser.add_argument("--gid-index", type=int, default=0)
+    parser.add_argument("--mw-mode", default="auto", choices=("auto", "mw2", "mr"))
+    args = parser.parse_args(argv)
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but protocol lines on the real stdout
+    try:
+        from hil.agent.engines.verbs.process import VerbsProcess
+    except ImportError as exc:
+        _emit(out, {"id": 0, "error": {"code": None, "kind": "ImportError", "required_size": None,
+                                       "message": f"pyverbs not importable ({sys.executable}): {exc}"}})
+        return 2
+    try:
+        proc = VerbsProcess(args.device, port=args.port, gid_index=args.gid_index, mw_mode=args.mw_mode)
+    except Exception as exc:
+        error = describe(exc)
+        why = f"cannot open RDMA device {args.device!r} port {args.port}: {error['message']}"
+        if not os.path.isdir(SYSFS) or "devices list" in why:  # get_device_list() raises when there is none
+            why = f"no RDMA device ({SYSFS} {'absent' if not os.path.isdir(SYSFS) else 'lists none usable'}); {why}"
+        error["message"] = why
+        _emit(out, {"id": 0, "error": error})
+        return 2
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        _emit(out, {"id": 0, "result": proc.hello()})
+        serve(proc, sys.stdin.buffer, out)
+    except (SystemExit, KeyboardInterrupt, BrokenPipeError):
+        pass
+    finally:
+        proc.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

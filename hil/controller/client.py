@@ -1,0 +1,212 @@
+"""Starting an agent on a host and calling it: the controller's side of the protocol."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import shlex
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hil.agent.server import agent_files
+from hil.inventory import HostConfig
+from hil.rpc import framing as wire
+from hil.transport import Channel, Transport, TransportError
+from pytest_san.errors import SanError, WsaError
+
+ROOT = Path(__file__).resolve().parents[2]  # where hil/ and pytest_san/ sit side by side
+
+
+@functools.cache
+def agent_bundle() -> tuple[dict[str, bytes], str]:
+    """The agent's files and their content hash, read once per controller process (every agent of a run
+    is the same code, however often hosts are retried or agents restarted)."""
+    files = dict(agent_files(ROOT))
+    return files, wire.tree_hash(files.items())
+
+
+def push_agent(transport: Transport) -> tuple[str, str]:
+    """Push the agent to ``transport``'s host: (its directory there, its content hash)."""
+    files, content_hash = agent_bundle()
+    return transport.push(files, name="pytest-san-agent"), content_hash
+
+
+MAX_NOISE_LINES = 1000  # output before the hello that is skipped (a login or interpreter printing)
+MAX_NOISE_BYTES = 1 << 20
+
+
+class AgentError(RuntimeError):
+    """The agent failed in a way that is not a SAN error: the message names the host."""
+
+
+class HostBusy(AgentError):
+    """The host is leased by another agent (another worker, run or controller); ``holder`` says whose."""
+
+    def __init__(self, host: str, holder: Mapping[str, Any], message: str) -> None:
+        super().__init__(message)
+        self.host = host
+        self.holder = dict(holder)
+
+    def __reduce__(self) -> tuple[type[HostBusy], tuple[str, dict[str, Any], str]]:
+        return type(self), (self.host, self.holder, str(self))
+
+
+class AgentClient:
+    """One agent process on one host; ``call`` sends a request and waits for its reply."""
+
+    def __init__(self, host: HostConfig, transport: Transport, *, call_timeout: float = 120.0,
+                 start_timeout: float = 60.0, lease: Mapping[str, Any] | None = None) -> None:
+        self.host = host
+        self.transport = transport
+        self.call_timeout = call_timeout
+        self._ids = itertools.count(1)
+        directory, self.content_hash = push_agent(transport)
+        argv = [*host.python_argv, f"{directory}/hil/agent/__main__.py", "--engine", host.engine,
+                "--host", host.name, "--hash", self.content_hash,
+                "--options", json.dumps(self._engine_options())]
+        if lease is not None:
+            argv += ["--lease", json.dumps(dict(lease), sort_keys=True)]
+        self.command = shlex.join(argv)
+        self.channel: Channel = transport.spawn(argv)
+        self.dead: str | None = None
+        self.last_reply = time.time()  # when the agent was last heard from (wall clock)
+        self.noise: list[bytes] = []  # lines before the hello that were not one (a chatty login, sitecustomize)
+        try:
+            self.hello: dict[str, Any] = self._hello(start_timeout)
+        except BaseException:
+            self.channel.close()
+            raise
+        if "busy" in self.hello:
+            self.channel.close()
+            from hil.controller.leases import describe_holder
+
+            holder = self.hello["busy"] if isinstance(self.hello["busy"], dict) else {}
+            raise HostBusy(host.name, holder, f"{self.where}: leased by {describe_holder(holder)}")
+        if self.hello.get("protocol") != wire.PROTOCOL_VERSION or self.hello.get("hash") != self.content_hash:
+            self.channel.close()
+            raise AgentError(f"{self.where}: agent speaks protocol {self.hello.get('protocol')} with hash "
+                             f"{self.hello.get('hash')}, this controller {wire.PROTOCOL_VERSION} / {self.content_hash}")
+
+    @property
+    def where(self) -> str:
+        return f"host {self.host.name} ({self.host.host}:{self.host.port}, engine {self.host.engine})"
+
+    def _engine_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.host.engine == "verbs":
+            options = {"device": self.host.device, "gid_index": self.host.gid_index,
+                       "netdev": self.host.netdev}
+        return options
+
+    def _line(self, timeout: float, what: str) -> bytes:
+        try:
+            line = self.channel.readline(timeout)
+        except TransportError as exc:
+            self.dead = str(exc)
+            raise AgentError(f"{self.where}: agent gone while waiting for {what}: {exc}{self._noise()}") from None
+        self.last_reply = time.time()
+        return line
+
+    def _hello(self, timeout: float) -> dict[str, Any]:
+        """The agent's hello; lines before it that are not one are skipped (nothing was asked yet)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._line(max(0.0, deadline - time.monotonic()), "the agent's hello")
+            try:
+                message = wire.decode(line)
+            except Exception:  # not JSON, bad base64, nested too deep: noise either way
+                message = None
+            hello = None if message is None else message.get("hello")
+            if isinstance(hello, dict):
+                return hello
+            self.noise.append(line)
+            if len(self.noise) > MAX_NOISE_LINES or sum(map(len, self.noise)) > MAX_NOISE_BYTES:
+                self.dead = "no hello"
+                raise AgentError(f"{self.where}: no hello from the agent within {MAX_NOISE_LINES} lines or "
+                                 f"{MAX_NOISE_BYTES} bytes of output{self._noise()}")
+
+    def _noise(self) -> str:
+        if not self.noise:
+            return ""
+        text = b"".join(self.noise)
+        return f"; before its hello it printed {text[:300]!r}{'...' if len(text) > 300 else ''}"
+
+    def _out_of_step(self, problem: str) -> AgentError:
+        """The agent's output can no longer be trusted: it is dead (HilBackend.reset replaces it)."""
+        self.dead = problem
+        self.channel.close()  # it exits, releasing what it held: nothing it says can be matched to a call
+        return AgentError(f"{self.where}: {problem}; the agent was stopped (a fresh one serves the next test)")
+
+    def _reply(self, rid: int, timeout: float, what: str) -> dict[str, Any]:
+        line = self._line(timeout, what)
+        shown = f"{line[:200]!r}{'...' if len(line) > 200 else ''}"
+        try:
+            reply = wire.decode(line)
+        except Exception as exc:  # whatever is wrong with the line, the stream is
+            raise self._out_of_step(f"waiting for {what}, the agent sent a line that is not a reply "
+                                    f"({type(exc).__name__}: {exc}): {shown}") from None
+        if reply.get("id") != rid or ("result" in reply) == ("error" in reply) or (
+                "error" in reply and not isinstance(reply["error"], dict)):
+            raise self._out_of_step(f"waiting for {what}, the agent sent {shown}: protocol out of step")
+        return reply
+
+    def call(self, obj: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        if self.dead:
+            raise AgentError(f"{self.where}: agent is gone ({self.dead})")
+        rid = next(self._ids)
+        data = wire.encode({"id": rid, "obj": obj, "method": method, "args": list(args)})
+        try:
+            self.channel.write(data)
+        except TransportError as exc:
+            self.dead = str(exc)
+            raise AgentError(f"{self.where}: cannot reach the agent: {exc}") from None
+        reply = self._reply(rid, timeout or self.call_timeout, f"{method} (request {rid})")
+        if "error" in reply:
+            raise _error(reply["error"], self.where)
+        return reply["result"]
+
+    def close(self) -> None:
+        """Closing the agent's stdin makes it release everything and exit."""
+        self.channel.close()
+
+
+# Errors of the contract (and of a call's arguments) that the agent reports: raised as themselves, as the
+# emulator raises them in-process. Anything else is the agent failing: an AgentError with its traceback.
+_AS_ITSELF: dict[str, type[Exception]] = {"TimeoutError": TimeoutError, "ValueError": ValueError,
+                                          "TypeError": TypeError}
+
+
+def _error(error: dict[str, Any], where: str) -> Exception:
+    kind, message = error.get("kind"), str(error.get("message", ""))
+    if kind == "SanError":
+        try:
+            code = WsaError(int(error["code"]))
+        except (KeyError, TypeError, ValueError):
+            return AgentError(f"{where}: SanError with an unknown code {error.get('code')!r}: {message}")
+        required = error.get("required_size")
+        exc = SanError(code, required_size=required if isinstance(required, int) else None)
+        exc.args = (message,)
+        return exc
+    if isinstance(kind, str) and kind in _AS_ITSELF:
+        return _AS_ITSELF[kind](message)
+    detail = f"\n{error['traceback']}" if error.get("traceback") else ""
+    text = f"{where}: {kind}: {message}{detail}"
+    if isinstance(kind, str) and kind in _ALSO_AGENT_ERROR:
+        return _ALSO_AGENT_ERROR[kind](text)  # still an AgentError (host, traceback), and what it was
+    return AgentError(text)
+
+
+def _also_agent_error(base: type[Exception]) -> type[AgentError]:
+    cls = type(f"Agent{base.__name__}", (AgentError, base), {"__module__": __name__})
+    globals()[cls.__name__] = cls  # importable by name: it pickles (xdist)
+    return cls
+
+
+# Failures of the engine in a call (a bug it has in-process too): caught as the built-in they are.
+_ALSO_AGENT_ERROR: dict[str, type[AgentError]] = {
+    base.__name__: _also_agent_error(base)
+    for base in (AttributeError, KeyError, IndexError, LookupError, OverflowError, ZeroDivisionError,
+                 NotImplementedError, RecursionError, AssertionError)}

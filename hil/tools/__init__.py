@@ -1,0 +1,1 @@
+"""Command-line tools: san-hil (prepare, nightly, bandwidth, the lab)."""

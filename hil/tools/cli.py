@@ -1,0 +1,63 @@
+"""The ``san-hil`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hil.inventory import InventoryError, load_inventory
+
+
+def _hosts_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--inventory", required=True, help="lab inventory (Ansible-style YAML)")
+    parser.add_argument("--group", default="san", help="inventory group (default: san)")
+    parser.add_argument("--hosts", default=None, help="comma-separated subset of the group's hosts")
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from hil.tools.prepare import prepare
+
+    hosts = load_inventory(args.inventory).select(args.group, args.hosts.split(",") if args.hosts else None)
+    status, text = prepare(hosts, create_rxe=args.create_rxe, as_json=args.json)
+    print(text)
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="san-hil", description="pytest-san hardware-in-the-loop tools")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    prep = commands.add_parser("prepare", help="check each lab host (RDMA device, port, GID, netdev, "
+                                               "memlock, pyverbs) and say what is missing")
+    _hosts_arguments(prep)
+    prep.add_argument("--create-rxe", action="store_true",
+                      help="add a Soft-RoCE device (san_device, default rxe0) on san_netdev where it is missing")
+    prep.add_argument("--json", action="store_true", help="print the reports as JSON")
+    prep.set_defaults(run=_prepare)
+    from hil.tools.lab.cli import add_lab_commands
+
+    add_lab_commands(commands)
+    from hil.tools.nightly import add_nightly_command
+
+    add_nightly_command(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "accepts_extra_args", False):  # only `lab run` passes arguments on (to pytest)
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra_args = extra
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        status: int = args.run(args)
+    except InventoryError as exc:
+        print(f"san-hil: {exc}", file=sys.stderr)
+        return 2
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

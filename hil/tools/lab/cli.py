@@ -1,0 +1,149 @@
+"""``san-hil lab up|down|status|ssh|run``: argparse glue over :mod:`hil.tools.lab.lab`.
+
+The lab modules are imported only when a lab command runs, so ``san-hil prepare`` pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from hil.tools.lab import LabError
+from hil.tools.lab.kernel import DEFAULT_CACHE
+from hil.tools.lab.state import DEFAULT_STATE_DIR
+
+if TYPE_CHECKING:
+    from hil.tools.lab.lab import UpOptions
+
+__all__ = ["add_lab_commands"]
+
+_Command = Callable[[argparse.Namespace], int]
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    from hil.tools.lab.lab import Terminated
+
+    raise Terminated(f"signal {signum}")  # the same path as Ctrl-C: every `finally` tears down
+
+
+def _state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                        help=f"where the lab keeps keys, logs and its state (default {DEFAULT_STATE_DIR})")
+
+
+def _up_arguments(parser: argparse.ArgumentParser, hosts_default: int) -> None:
+    parser.add_argument("--hosts", type=int, default=hosts_default, help=f"guests to boot (default {hosts_default})")
+    parser.add_argument("--memory", default="1G", help="memory per guest (default 1G)")
+    parser.add_argument("--hugepages", type=int, default=32, metavar="N",
+                        help="2 MiB hugetlb pages reserved in each guest, for the proxy's contiguous memory "
+                             "and DMA buffers (default 32; 0: none, those scenarios skip)")
+    _state_dir(parser)
+    parser.add_argument("--inventory-out", type=Path, default=None,
+                        help="where to write the inventory (default <state dir>/lab.yaml)")
+    parser.add_argument("--kernel-cache", type=Path, default=DEFAULT_CACHE,
+                        help=f"guest kernel cache (default {DEFAULT_CACHE})")
+    parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
+                        help="auto (default): KVM only if a short probe guest really runs under it")
+    parser.add_argument("--boot-timeout", type=float, default=300.0,
+                        help="seconds per boot attempt until the guest says it is ready (default 300)")
+
+
+def _options(args: argparse.Namespace) -> UpOptions:
+    from hil.tools.lab.lab import UpOptions
+
+    return UpOptions(hosts=args.hosts, memory=args.memory, hugepages=args.hugepages, state_dir=args.state_dir,
+                     inventory_out=args.inventory_out, kernel_cache=args.kernel_cache, accel=args.accel,
+                     boot_timeout=args.boot_timeout)
+
+
+def _guarded(run: _Command) -> _Command:
+    """Run a lab command with SIGTERM handled like Ctrl-C, and LabError as a message and status 2."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        previous = signal.signal(signal.SIGTERM, _terminated)
+        try:
+            return run(args)
+        except LabError as exc:
+            print(f"san-hil lab: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("san-hil lab: interrupted; the lab was stopped", file=sys.stderr)
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return wrapper
+
+
+def _up(args: argparse.Namespace) -> int:
+    from hil.tools.lab.lab import up
+
+    up(_options(args))
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from hil.tools.lab.lab import down
+
+    return down(args.state_dir)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from hil.tools.lab.lab import status
+
+    return status(args.state_dir)
+
+
+def _passed_on(args: argparse.Namespace) -> list[str]:
+    """The arguments after the command's own (a leading ``--`` only separates them)."""
+    extra = list(getattr(args, "extra_args", []))
+    return extra[1:] if extra[:1] == ["--"] else extra
+
+
+def _ssh(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from hil.tools.lab.lab import ssh_command
+
+    return subprocess.call(ssh_command(args.state_dir, args.guest, _passed_on(args)))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from hil.tools.lab.lab import run
+
+    return run(_options(args), _passed_on(args))
+
+
+def add_lab_commands(commands: Any) -> None:
+    """Add ``lab`` and its subcommands to ``san-hil``'s subparsers (``commands``)."""
+    lab = commands.add_parser("lab", help="a Soft-RoCE lab of qemu guests on this machine (virtme-ng)",
+                              description="Boot, inspect, use and remove a Soft-RoCE lab on this machine.")
+    sub = lab.add_subparsers(dest="lab_command", metavar="LAB_COMMAND", required=True)
+
+    p = sub.add_parser("up", help="boot the guests and write an inventory for them")
+    _up_arguments(p, hosts_default=2)
+    p.set_defaults(run=_guarded(_up))
+
+    p = sub.add_parser("down", help="stop every guest and remove everything `up` made")
+    _state_dir(p)
+    p.set_defaults(run=_guarded(_down))
+
+    p = sub.add_parser("status", help="what runs: guests, pids, ports, alive or not")
+    _state_dir(p)
+    p.set_defaults(run=_guarded(_status))
+
+    p = sub.add_parser("ssh", allow_abbrev=False, usage="san-hil lab ssh [--state-dir DIR] GUEST [--] [command ...]",
+                       help="a shell (or a command, its exit status passed on) on a guest, with the lab's keys")
+    _state_dir(p)
+    p.add_argument("guest", help="the guest's name, as `san-hil lab status` shows it (lab1, lab2, ...)")
+    p.set_defaults(run=_guarded(_ssh), accepts_extra_args=True)
+
+    p = sub.add_parser("run", allow_abbrev=False, usage="san-hil lab run [options] [--] [pytest args ...]",
+                       help="up, the conformance suite on the lab (extra arguments go to pytest), down")
+    _up_arguments(p, hosts_default=2)
+    p.set_defaults(run=_guarded(_run), accepts_extra_args=True)

@@ -1,0 +1,119 @@
+"""The guest kernel: the distribution's kernel package, fetched through apt and cached once.
+
+This machine's own kernel has no RDMA; the distribution kernel carries ``rdma_rxe`` as a module. The
+package is unpacked with ``dpkg-deb -x`` (nothing is installed on the host) and ``depmod`` is run on the
+unpacked tree once, so that guests booting in parallel never race to write ``modules.dep`` into it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hil.tools.lab import LabError
+
+__all__ = ["DEFAULT_CACHE", "META_PACKAGE", "Kernel", "fetch_kernel", "find_kernel", "image_package"]
+
+DEFAULT_CACHE = Path("~/.cache/pytest-san/kernel")
+META_PACKAGE = "linux-image-amd64"  # Debian's "current kernel" package; it depends on the versioned one
+RXE_GLOB = "kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko*"
+_COMPLETE = ".complete"  # written last: a cache folder without it is half-made and is made again
+
+Runner = Callable[[Sequence[str], Path | None], subprocess.CompletedProcess[str]]
+
+
+def _run(argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    if shutil.which(argv[0]) is None:
+        raise LabError(
+            f"{argv[0]} not found: the lab fetches its guest kernel from Debian packages "
+            "(run on Debian/Ubuntu, or see hil/tools/lab/install.sh)"
+        )
+    return subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, check=False, timeout=600)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """An unpacked kernel package: ``vmlinuz`` and the modules vng hands to the guest."""
+
+    version: str  # the modules folder name, e.g. 6.1.0-57-amd64
+    root: Path
+    vmlinuz: Path
+    modules: Path
+    rxe_module: Path
+
+
+def image_package(meta: str = META_PACKAGE, run: Runner = _run) -> str:
+    """The versioned image package ``meta`` depends on (``linux-image-6.1.0-57-amd64``)."""
+    result = run(["apt-cache", "depends", meta], None)
+    if result.returncode:
+        raise LabError(
+            f"apt cannot find {meta}: {result.stderr.strip() or result.stdout.strip()}; "
+            "run `apt-get update` (the lab needs Debian's kernel package for rdma_rxe)"
+        )
+    for line in result.stdout.splitlines():
+        match = re.match(r"\s*\|?Depends:\s*(linux-image-\S+)", line)
+        if match and match.group(1) != meta:
+            return match.group(1)
+    raise LabError(f"`apt-cache depends {meta}` names no versioned linux-image package:\n{result.stdout.strip()}")
+
+
+def find_kernel(root: Path) -> Kernel | None:
+    """The kernel unpacked under ``root``, if it is complete and carries rdma_rxe."""
+    for modules_base in (root / "lib/modules", root / "usr/lib/modules"):  # merged-/usr packages use the latter
+        for modules in sorted(modules_base.glob("*")):
+            rxe = sorted(modules.glob(RXE_GLOB))
+            vmlinuz = next(iter(sorted((root / "boot").glob(f"vmlinuz-{modules.name}"))), None)
+            if vmlinuz is None:
+                vmlinuz = next(iter(sorted(modules.glob("vmlinuz"))), None)
+            if rxe and vmlinuz is not None:
+                return Kernel(modules.name, root, vmlinuz, modules, rxe[0])
+    return None
+
+
+def fetch_kernel(
+    cache: Path = DEFAULT_CACHE, progress: Callable[[str], None] = print, run: Runner = _run
+) -> Kernel:
+    """The cached guest kernel, downloaded and unpacked on first use."""
+    cache = cache.expanduser()
+    package = image_package(run=run)
+    version = package.removeprefix("linux-image-")
+    folder = cache / version
+    if (folder / _COMPLETE).is_file() and (kernel := find_kernel(folder)) is not None:
+        progress(f"kernel {kernel.version}: cached in {folder}")
+        return kernel
+    progress(f"kernel {version}: downloading {package} with apt-get")
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{version}.partial-", dir=cache))
+    try:
+        result = run(["apt-get", "download", package], staging)
+        debs = sorted(staging.glob("*.deb"))
+        if result.returncode or not debs:
+            raise LabError(f"`apt-get download {package}` failed: {result.stderr.strip()[-800:]}")
+        result = run(["dpkg-deb", "-x", str(debs[0]), str(staging)], None)
+        if result.returncode:
+            raise LabError(f"`dpkg-deb -x {debs[0].name}` failed: {result.stderr.strip()[-800:]}")
+        for deb in debs:
+            deb.unlink()  # 70 MB we never read again
+        kernel = find_kernel(staging)
+        if kernel is None:
+            raise LabError(f"{package} has no vmlinuz with lib/modules/*/{RXE_GLOB}: this kernel lacks Soft-RoCE")
+        if shutil.which("depmod"):
+            run(["depmod", "-a", "-b", str(kernel.modules.parents[2]), kernel.version], None)
+        (staging / _COMPLETE).write_text(package + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)  # an incomplete earlier attempt
+        os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    kernel = find_kernel(folder)
+    if kernel is None:  # pragma: no cover - just verified in staging
+        raise LabError(f"{folder}: kernel vanished after unpacking")
+    progress(f"kernel {kernel.version}: unpacked into {folder}")
+    return kernel

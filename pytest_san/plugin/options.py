@@ -1,0 +1,40 @@
+"""pytest-san's command-line options and ini keys, all in the ``san`` group of ``pytest --help``.
+
+The options that choose and configure lab hosts live here too, not in the backend that reads them:
+a backend plugin is imported only once ``--san-backend`` names it (``backends.py``), which is after
+the command line was parsed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+DEFAULT_BACKEND = "emulator"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("san", "SAN conformance (pytest-san)")
+    group.addoption("--san-backend", metavar="NAME", default=None,
+                    help=f"backend to run SAN tests on (default: ini san_backend, else {DEFAULT_BACKEND!r})")
+    group.addoption("--san-report", metavar="PATH", default=None,
+                    help="write the conformance report (rule -> passed/failed/skipped) as JSON to PATH")
+    parser.addini("san_backend", f"default for --san-backend (else {DEFAULT_BACKEND!r})",
+                  default=DEFAULT_BACKEND)
+
+    # Lab hosts (--san-backend=hil).
+    group.addoption("--san-inventory", metavar="PATH", default=None,
+                    help="lab inventory (Ansible-style YAML) for --san-backend=hil")
+    group.addoption("--san-group", metavar="GROUP", default=None,
+                    help="inventory group whose hosts are used (default: san)")
+    group.addoption("--san-hosts", metavar="NAMES", default=None,
+                    help="comma-separated subset of the group's hosts")
+    group.addoption("--san-lease-timeout", metavar="SECONDS", type=float, default=None,
+                    help="how long to wait for lab hosts leased by others, then fail naming the holders "
+                         "(default: ini san_lease_timeout, else the backend's)")
+    group.addoption("--san-hosts-per-worker", metavar="N|auto|all", default=None,
+                    help="hosts each pytest process or xdist worker leases out of the selected ones; auto "
+                         "(default): 1 if every host is emulator-engine or san_loopback, else 2 (a pair)")
+    parser.addini("san_inventory", "lab inventory for --san-backend=hil", default=None)
+    parser.addini("san_group", "inventory group used by --san-backend=hil", default="san")
+    parser.addini("san_lease_timeout", "default for --san-lease-timeout (seconds)", default="")
+    parser.addini("san_hosts_per_worker", "default for --san-hosts-per-worker", default="auto")

@@ -1,0 +1,526 @@
+"""Leases on lab hosts: held by the agent (an flock), never stale, waited for, recorded; xdist across hosts."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hil.agent import lease
+from hil.controller.backend import HilBackend
+from hil.controller.client import AgentError, HostBusy
+from hil.controller.leases import (
+    LeasePolicy,
+    Leaser,
+    LeaseRefused,
+    LeaseRequest,
+    LeaseTimeout,
+    describe_holder,
+    hosts_per_worker,
+)
+from hil.inventory import HostConfig
+from tests.support.lab_hosts import NAMES, start_pytest, write_inventory
+from tests.support.sshd import is_running, wait_until
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+# --- the agent's side: an flock held for the process's life --------------------------------------------
+
+
+def test_a_lease_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
+    held, record = lease.take(str(tmp_path), "lab1", {"worker": "gw1", "run": "r1", "controller": "ctl", "pid": 7})
+    assert held is not None and record["worker"] == "gw1" and record["agent_pid"] == os.getpid()
+    again, holder = lease.take(str(tmp_path), "lab1", {"worker": "gw2"})
+    assert again is None and holder["worker"] == "gw1" and holder["run"] == "r1" and holder["since"]
+    other, _ = lease.take(str(tmp_path), "lab2", {})  # another host name, another lock
+    assert other is not None
+    held.release()
+    after, record = lease.take(str(tmp_path), "lab1", {"worker": "gw2"})
+    assert after is not None and record["worker"] == "gw2"
+    after.release()
+    other.release()
+
+
+def test_a_lease_ends_with_its_process(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            sys.path.insert(0, {str(ROOT)!r})
+            from hil.agent import lease
+            held, _ = lease.take({str(tmp_path)!r}, "lab1", {{"worker": "doomed"}})
+            print("held" if held else "busy", flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        busy, record = lease.take(str(tmp_path), "lab1", {})
+        assert busy is None and record["worker"] == "doomed"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        free, _ = lease.take(str(tmp_path), "lab1", {"worker": "next"})  # at once: nothing to clean up
+        assert free is not None
+        free.release()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_lock_file_names() -> None:
+    assert lease.lock_path("/tmp", "lab1") == "/tmp/pytest-san-lease-lab1.lock"
+    odd = lease.lock_path("/tmp", "../x y")
+    assert "/" not in odd.removeprefix("/tmp/") and odd != lease.lock_path("/tmp", "__x_y")
+
+
+# --- the agent's side: a lease file that is not what it should be ---------------------------------------
+
+
+def _planted(directory: Path, host: str = "lab1") -> Path:
+    return Path(lease.lock_path(str(directory), host))
+
+
+def _refusal(record: dict[str, Any], path: Path, problem: str) -> str:
+    message = str(record.get("refused"))
+    assert message.startswith(f"lease file {path} ") and problem in message, record
+    assert record["path"] == str(path)
+    return message
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory another user can reach (tmp_path's parents are private to us)."""
+    directory = Path(tempfile.mkdtemp(prefix="san-lease-"))
+    directory.chmod(0o1777)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _take_as_another_user(directory: Path) -> tuple[int, str, str]:
+    """lease.take in a child process, as uid 65534 when we are root (else as us); (status, stdout, stderr).
+
+    The agent's interpreter on a lab host is the system python3; as root ours may sit in a private home.
+    """
+    python = sys.executable
+    if os.geteuid() == 0:
+        python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or pytest.skip("no system python3")
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from hil.agent import lease; "
+            "held, record = lease.take(sys.argv[2], 'lab1', {}); print(json.dumps([held is not None, record]))")
+    user = 65534 if os.geteuid() == 0 else None
+    try:
+        done = subprocess.run([python, "-c", code, str(ROOT), str(directory)], capture_output=True,
+                              text=True, timeout=20, user=user, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    except subprocess.TimeoutExpired:
+        pytest.fail("lease.take hung on the planted lease file")
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_planted_fifo_is_refused_without_hanging(shared_dir: Path) -> None:
+    path = _planted(shared_dir)
+    os.mkfifo(path)
+    path.chmod(0o644 if os.geteuid() == 0 else 0o400)  # the agent cannot open it read-write
+    status, out, err = _take_as_another_user(shared_dir)
+    assert status == 0 and "Traceback" not in err, err
+    held, record = json.loads(out)
+    assert not held
+    _refusal(record, path, "is a FIFO, not a regular file; remove it")
+
+
+def test_a_fifo_is_refused_for_an_agent_that_may_write_it(tmp_path: Path) -> None:
+    path = _planted(tmp_path)
+    os.mkfifo(path, 0o666)
+    held, record = lease.take(str(tmp_path), "lab1", {})
+    assert held is None
+    _refusal(record, path, "is a FIFO")
+
+
+def test_a_hard_link_to_another_file_is_refused_and_that_file_kept(tmp_path: Path) -> None:
+    victim = tmp_path / "precious"
+    victim.write_text("precious contents\n")
+    path = _planted(tmp_path)
+    os.link(victim, path)  # where fs.protected_hardlinks=0, anyone can do this to a file of root's
+    held, record = lease.take(str(tmp_path), "lab1", {"worker": "gw0"})
+    assert held is None
+    _refusal(record, path, "has 2 hard links")
+    assert victim.read_text() == "precious contents\n"
+
+
+def test_a_symlink_is_refused(tmp_path: Path) -> None:
+    victim = tmp_path / "precious"
+    victim.write_text("x")
+    path = _planted(tmp_path)
+    path.symlink_to(victim)
+    held, record = lease.take(str(tmp_path), "lab1", {})
+    assert held is None
+    _refusal(record, path, "is a symbolic link")
+    assert victim.read_text() == "x"
+
+
+def test_another_users_lease_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _planted(tmp_path)
+    path.write_text("their text\n")
+    if os.geteuid() == 0:
+        os.chown(path, 4242, 4242)  # a root agent could write it: it must not
+        owner = 4242
+    else:
+        owner = os.geteuid()
+        monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    held, record = lease.take(str(tmp_path), "lab1", {})
+    assert held is None
+    _refusal(record, path, f"is owned by uid {owner}, not by the agent's uid ")
+    assert path.read_text() == "their text\n"
+
+
+def test_an_unreadable_lease_file_is_a_clear_refusal(shared_dir: Path) -> None:
+    path = _planted(shared_dir)
+    path.write_text("")
+    path.chmod(0o600 if os.geteuid() == 0 else 0)  # root's own 0600 file; else ours without permissions
+    status, out, err = _take_as_another_user(shared_dir)
+    assert status == 0 and "Traceback" not in err, err
+    held, record = json.loads(out)
+    assert not held
+    _refusal(record, path, "cannot be opened: permission denied")
+
+
+def test_a_refused_lease_reaches_the_controller_naming_host_and_file(tmp_path: Path) -> None:
+    host = HostConfig(name="lab1", host="localhost", connection="local", engine="emulator",
+                      python_interpreter=sys.executable, extra={"san_remote_tmp": str(tmp_path)})
+    path = _planted(tmp_path)
+    os.mkfifo(path, 0o666)
+    began = time.monotonic()
+    with pytest.raises(LeaseRefused) as err:
+        HilBackend([host], leases=_policy("gw0", timeout=30))
+    assert time.monotonic() - began < 20  # at once: waiting would not help
+    message = str(err.value)
+    assert message.startswith("san: cannot lease host lab1 (localhost:22): ")
+    assert f"lease file {path} is a FIFO, not a regular file; remove it" in message
+    assert "Traceback" not in message
+    path.unlink()
+    HilBackend([host], leases=_policy("gw0")).close()  # fine once the FIFO is gone
+
+
+# --- the controller's side -------------------------------------------------------------------------------
+
+
+def _host(name: str, engine: str = "emulator", loopback: bool = False) -> HostConfig:
+    return HostConfig(name=name, host="127.0.0.1", engine=engine, loopback=loopback)  # type: ignore[arg-type]
+
+
+def test_hosts_per_worker() -> None:
+    emu = [_host("a"), _host("b")]
+    verbs = [_host("c", "verbs"), _host("d", "verbs"), _host("e", "verbs")]
+    assert hosts_per_worker(emu, None) == hosts_per_worker(emu, "auto") == 1
+    assert hosts_per_worker(verbs, "auto") == 2  # a pair
+    assert hosts_per_worker([_host("c", "verbs", loopback=True)], "auto") == 1
+    assert hosts_per_worker(verbs, "all") == 3 and hosts_per_worker(verbs, "3") == 3
+    for bad in ("0", "two"):
+        with pytest.raises(ValueError, match="hosts per worker"):
+            hosts_per_worker(verbs, bad)
+
+
+class _FakeLab:
+    """start(host) for Leaser: a host in ``busy`` is leased by someone else."""
+
+    def __init__(self, busy: dict[str, dict[str, Any]]) -> None:
+        self.busy = busy
+        self.open: set[str] = set()
+        self.now = 0.0
+        self.lines: list[str] = []
+
+    def start(self, host: HostConfig) -> str:
+        if host.name in self.busy or host.name in self.open:
+            raise HostBusy(host.name, self.busy.get(host.name, {}), f"{host.name} busy")
+        self.open.add(host.name)
+        return host.name
+
+    def close(self, name: str) -> None:
+        self.open.remove(name)
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def leaser(self, count: int, timeout: float = 10.0, first: int = 0) -> Leaser[str]:
+        policy = LeasePolicy(request=LeaseRequest(worker="gw0", run="r"), count=count, timeout=timeout,
+                             notify=self.lines.append, first=first)
+        return Leaser(policy, self.start, self.close, clock=lambda: self.now, sleep=self.sleep)
+
+
+def test_leaser_takes_the_first_free_hosts_from_its_offset() -> None:
+    hosts = [_host("h1"), _host("h2"), _host("h3"), _host("h4")]
+    lab = _FakeLab({"h2": {"worker": "gw9", "run": "other", "controller": "ctl", "since": "t0"}})
+    assert lab.leaser(2).acquire(hosts) == ["h1", "h3"]
+    assert lab.leaser(1, first=3).acquire(hosts) == ["h4"]
+    assert lab.lines == []  # nothing to wait for
+
+
+def test_leaser_gives_back_a_partial_set_waits_visibly_and_times_out_naming_the_holder() -> None:
+    hosts = [_host("h1"), _host("h2")]
+    holder = {"worker": "gw1", "run": "abc", "controller": "ctl", "pid": 42, "since": "2026-01-01T00:00:00"}
+    lab = _FakeLab({"h2": holder})
+    with pytest.raises(LeaseTimeout) as err:
+        lab.leaser(2, timeout=5).acquire(hosts)
+    assert lab.open == set()  # h1 was given back every round: no half-held pair while waiting
+    assert lab.lines == ["san: waiting for host h2, leased by worker gw1 of run abc on ctl (pid 42) since "
+                         "2026-01-01T00:00:00 (up to 5 s, --san-lease-timeout)"]  # once, not every round
+    assert "could not lease 2 of the hosts h1, h2 within 5 s" in str(err.value)
+    assert "host h2 is leased by worker gw1 of run abc on ctl (pid 42)" in str(err.value)
+    assert lab.now == pytest.approx(5)
+
+
+def test_leaser_gets_the_host_once_it_is_free() -> None:
+    lab = _FakeLab({"h1": {"worker": "main", "run": "x"}})
+    leaser = lab.leaser(1, timeout=60)
+    original = lab.sleep
+
+    def sleep(seconds: float) -> None:
+        original(seconds)
+        if lab.now > 3:
+            lab.busy.clear()  # the other run finished
+
+    leaser._sleep = sleep
+    assert leaser.acquire([_host("h1")]) == ["h1"]
+    assert len(lab.lines) == 1 and lab.lines[0].startswith("san: waiting for host h1, leased by worker main of run x")
+
+
+def test_a_round_longer_than_the_timeout_still_says_whom_it_waited_for() -> None:
+    # Agents started over SSH: one round can take longer than a short --san-lease-timeout.
+    lab = _FakeLab({"h1": {"worker": "gw1", "run": "abc"}})
+    original = lab.start
+
+    def slow_start(host: HostConfig) -> str:
+        lab.now += 3
+        return original(host)
+
+    lab.start = slow_start  # type: ignore[method-assign]
+    with pytest.raises(LeaseTimeout, match="host h1 is leased by worker gw1 of run abc"):
+        lab.leaser(1, timeout=2).acquire([_host("h1")])
+    assert lab.lines == ["san: waiting for host h1, leased by worker gw1 of run abc on ? "
+                         "(up to 2 s, --san-lease-timeout)"]
+    with pytest.raises(LeaseTimeout):
+        lab.leaser(1, timeout=0).acquire([_host("h1")])  # no timeout: nothing to wait for, nothing to say
+    assert len(lab.lines) == 1
+
+
+def test_describe_holder_without_a_record() -> None:
+    assert describe_holder({}) == "an unknown holder (the lease file has no record)"
+
+
+# --- over a real sshd: two emulator hosts --------------------------------------------------------------
+
+
+def _policy(worker: str, timeout: float = 0.0, **kwargs: Any) -> LeasePolicy:
+    lines: list[str] = []
+    request = LeaseRequest(worker=worker, run=f"run-of-{worker}")
+    return LeasePolicy(request=request, timeout=timeout, notify=lines.append, **kwargs)
+
+
+@pytest.fixture
+def holder(hosts: list[HostConfig]) -> Iterator[HilBackend]:
+    backend = HilBackend(hosts[:1], leases=_policy("holder", timeout=10))
+    yield backend
+    backend.close()
+
+
+def test_a_leased_host_is_refused_with_its_holder(hosts: list[HostConfig], holder: HilBackend,
+                                                   remote_tmp: Path) -> None:
+    record = json.loads((remote_tmp / f"pytest-san-lease-{NAMES[0]}.lock").read_text())
+    assert record["worker"] == "holder" and record["host"] == NAMES[0] and record["pid"] == os.getpid()
+    with pytest.raises(LeaseTimeout) as err:
+        HilBackend(hosts[:1], leases=_policy("second"))
+    assert f"host {NAMES[0]} is leased by worker holder of run run-of-holder on " in str(err.value)
+    second = HilBackend(hosts, leases=_policy("second", count=1))  # the next free host of the two
+    assert [a.host.name for a in second.agents] == [NAMES[1]]
+    second.close()
+    holder.close()
+    third = HilBackend(hosts[:1], leases=_policy("third"))  # free the moment the holder closed
+    third.close()
+
+
+def test_a_killed_agent_frees_its_lease_at_once(hosts: list[HostConfig], holder: HilBackend) -> None:
+    pid = holder.agents[0].client.channel.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not is_running(pid), timeout=5)
+    began = time.monotonic()
+    thief = HilBackend(hosts[:1], leases=_policy("thief", timeout=10))
+    assert time.monotonic() - began < 5
+    try:
+        # The holder's next test needs a fresh agent: it waits for the host, then names who has it.
+        holder._leaser.policy = dataclasses.replace(holder._leaser.policy, timeout=1.5)
+        with pytest.raises(AgentError):
+            holder.agents[0].call("leaks")  # notices its agent is gone
+        with pytest.raises(LeaseTimeout, match=f"host {NAMES[0]} is leased by worker thief of run"):
+            holder.reset()
+    finally:
+        thief.close()
+    holder.reset()  # free again: a fresh agent
+    assert holder.leaks() == []
+    first, second = holder.lease_log.records
+    assert first["end"] is not None and second["end"] is None
+    assert _t(first["end"]) <= _t(thief.lease_log.records[0]["start"])
+    assert _t(thief.lease_log.records[0]["end"]) <= _t(second["start"])
+
+
+def _t(iso: str) -> datetime:
+    return datetime.fromisoformat(iso)
+
+
+# --- pytest runs -----------------------------------------------------------------------------------------
+
+
+HOLD_TESTS = '''
+import os, time
+from pathlib import Path
+
+import pytest
+
+MARKS = Path(os.environ["SAN_TEST_MARKS"])
+
+
+@pytest.mark.parametrize("n", range(2))
+def test_hold(san_switch, san_backend, n):
+    conn = san_switch.connect()
+    me = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (MARKS / f"{me}-{n}").write_text(",".join(a.host.name for a in san_backend.agents))
+    deadline = time.monotonic() + 60
+    while not (MARKS / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    conn.local.send(b"x")
+    assert conn.remote.recv(1) == b"x"
+'''
+
+
+def _report(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _no_overlap(leases: list[dict[str, Any]]) -> None:
+    by_host: dict[str, list[tuple[datetime, datetime]]] = {}
+    for record in leases:
+        for host in record["hosts"]:
+            by_host.setdefault(host, []).append((_t(record["start"]), _t(record["end"])))
+    for host, spans in by_host.items():
+        spans.sort()
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert end <= start, f"leases of {host} overlap: {spans}"
+
+
+def test_two_workers_run_the_suite_on_both_hosts(pytester: pytest.Pytester, hosts: list[HostConfig]) -> None:
+    inv = write_inventory(pytester.path / "lab.json", hosts)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--pyargs", "pytest_san.scenarios",
+                                           "--san-backend=hil", f"--san-inventory={inv}", "--san-report=r.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    report = _report(pytester.path / "r.json")
+    assert all(c["failed"] == 0 for c in report["rules"].values()) and len(report["tests"]) > 50
+    leases = report["leases"]
+    assert sorted(r["worker"] for r in leases) == ["gw0", "gw1"]
+    assert sorted(h for r in leases for h in r["hosts"]) == sorted(NAMES)  # both hosts, one each
+    assert all(r["end"] and _t(r["start"]) <= _t(r["end"]) for r in leases)
+    _no_overlap(leases)
+
+
+def test_more_workers_than_hosts_is_a_usage_error(pytester: pytest.Pytester, hosts: list[HostConfig]) -> None:
+    inv = write_inventory(pytester.path / "lab.json", hosts)
+    pytester.makepyfile(test_one="def test_one(san_switch):\n    san_switch.connect()\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "3", "--san-backend=hil",
+                                           f"--san-inventory={inv}")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*3 xdist workers x 1 host(s) each need 3 hosts, the selection has 2*"])
+
+
+def test_a_second_run_waits_then_gets_the_hosts(tmp_path: Path, hosts: list[HostConfig],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    inv = write_inventory(tmp_path / "lab.json", hosts)
+    (tmp_path / "test_hold.py").write_text(HOLD_TESTS)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("SAN_TEST_MARKS", str(marks))
+    common = ["--san-backend=hil", f"--san-inventory={inv}", "test_hold.py"]
+    with (tmp_path / "first.log").open("wb") as log1, (tmp_path / "second.log").open("wb") as log2:
+        first = start_pytest(["-n", "2", "--san-report=first.json", *common], tmp_path, log1)
+        try:
+            assert wait_until(lambda: len(list(marks.glob("gw*"))) == 2, timeout=90), \
+                (tmp_path / "first.log").read_text()
+            second = start_pytest(["--san-lease-timeout=120", "--san-report=second.json", *common], tmp_path, log2)
+            try:
+                assert wait_until(lambda: b"san: waiting for host" in (tmp_path / "second.log").read_bytes(),
+                                  timeout=60), (tmp_path / "second.log").read_text()
+                assert second.poll() is None
+                (marks / "release").write_text("")
+                assert first.wait(90) == 0, (tmp_path / "first.log").read_text()
+                assert second.wait(90) == 0, (tmp_path / "second.log").read_text()
+            finally:
+                second.kill()
+        finally:
+            (marks / "release").write_text("")
+            first.kill()
+    output = (tmp_path / "second.log").read_text()
+    run1 = _report(tmp_path / "first.json")
+    run2 = _report(tmp_path / "second.json")
+    waited = [line for line in output.splitlines() if line.startswith("san: waiting for host")]
+    assert waited and all(" leased by worker gw" in line and " of run " in line for line in waited), output
+    assert {h for r in run1["leases"] for h in r["hosts"]} == set(NAMES)
+    (second_lease,) = run2["leases"]
+    assert second_lease["worker"] == "main" and len(second_lease["hosts"]) == 1
+    _no_overlap(run1["leases"] + run2["leases"])
+
+
+def test_killing_a_worker_frees_its_hosts_at_once(tmp_path: Path, hosts: list[HostConfig],
+                                                   remote_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inv = write_inventory(tmp_path / "lab.json", hosts)
+    (tmp_path / "test_hold.py").write_text(HOLD_TESTS)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("SAN_TEST_MARKS", str(marks))
+    with (tmp_path / "run.log").open("wb") as log:
+        run = start_pytest(["-n", "2", "--san-backend=hil", f"--san-inventory={inv}", "test_hold.py"], tmp_path, log)
+        try:
+            assert wait_until(lambda: len(list(marks.glob("gw*"))) == 2, timeout=90), (tmp_path / "run.log").read_text()
+            record = json.loads((remote_tmp / f"pytest-san-lease-{NAMES[0]}.lock").read_text())
+            assert record["worker"] in ("gw0", "gw1")
+            os.kill(record["pid"], signal.SIGKILL)  # the worker holding the first host
+            killed = time.monotonic()
+            # Its SSH connection closed with it, its agent exited, the flock went with the agent.
+            backend = HilBackend(hosts[:1], leases=_policy("next", timeout=30))
+            took = time.monotonic() - killed
+            backend.close()
+            (marks / "release").write_text("")
+            assert run.wait(90) == 1  # the killed worker's test failed, the other passed
+        finally:
+            (marks / "release").write_text("")
+            run.kill()
+    assert took < 5, f"the lease of a killed worker took {took:.1f} s to free"
+    output = (tmp_path / "run.log").read_text()
+    assert f"worker '{record['worker']}' crashed" in output and "1 failed, 1 passed" in output, output[-3000:]
+
+
+def test_lease_timeout_fails_naming_the_holder(pytester: pytest.Pytester, hosts: list[HostConfig]) -> None:
+    inv = write_inventory(pytester.path / "lab.json", hosts)
+    pytester.makepyfile(test_two="def test_a(san_switch):\n    pass\n\ndef test_b(san_switch):\n    pass\n")
+    both = HilBackend(hosts, leases=_policy("blocker", timeout=10))
+    try:
+        began = time.monotonic()
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil",
+                                               f"--san-inventory={inv}", "--san-lease-timeout=2")
+        elapsed = time.monotonic() - began
+    finally:
+        both.close()
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([f"*san: waiting for host {NAMES[0]}, leased by worker blocker of run *",
+                                 f"*could not lease 1 of the hosts {NAMES[0]}, {NAMES[1]} within 2 s*"
+                                 f"host {NAMES[0]} is leased by worker blocker of run*"])
+    assert elapsed < 30  # the second test failed at once instead of waiting again

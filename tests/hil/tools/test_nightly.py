@@ -1,0 +1,274 @@
+"""``san-hil nightly``: host sets, the four output files, the bandwidth plot and measurement."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hil.controller.backend import HilBackend
+from hil.inventory import HostConfig
+from hil.tools import bandwidth
+from hil.tools.bandwidth import measure_harness, parse_ib_write_bw, plot_bandwidth
+from hil.tools.cli import main
+from hil.tools.nightly import HostSet, host_sets, render_summary
+from tests.support.lab_hosts import NAMES, write_inventory
+
+INJECTED = '''
+import pytest
+
+
+@pytest.mark.san_rule("R6")
+def test_injected_failure(san_switch):
+    conn = san_switch.connect()
+    assert conn.local.socket is None, "injected failure"
+'''
+
+
+def _host(name: str, engine: str = "verbs", loopback: bool = False) -> HostConfig:
+    return HostConfig(name=name, host="10.0.0.1", engine=engine, loopback=loopback)  # type: ignore[arg-type]
+
+
+# --- host sets -------------------------------------------------------------------------------------------
+
+
+def test_host_sets_pair_verbs_hosts_and_keep_self_sufficient_hosts_alone() -> None:
+    hosts = [_host("emu", "emulator"), _host("v1"), _host("v2"), _host("lo", loopback=True), _host("v3")]
+    sets = host_sets(hosts)
+    assert [s.name for s in sets] == ["emu", "v1+v2", "lo", "v2+v3"]  # the odd one out pairs with its predecessor
+    assert [s.verbs for s in sets] == [False, True, True, True]
+    with pytest.raises(ValueError, match="needs a partner"):
+        host_sets([_host("alone")])
+
+
+# --- bandwidth: parsing, plotting, the harness measurement ----------------------------------------------
+
+IB_WRITE_BW = """\
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF		Device         : rxe0
+ Number of qps   : 1		Transport type : IB
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 2          5000           0.010              0.009  		   0.567890
+ 4096       5000           2.51               2.47   		   0.075432
+ 8388608    5000           9.12               9.05   		   0.000135
+---------------------------------------------------------------------------------------
+"""
+
+
+def test_parse_ib_write_bw() -> None:
+    assert parse_ib_write_bw(IB_WRITE_BW) == [(2, 0.009), (4096, 2.47), (8388608, 9.05)]
+
+
+def _synthetic() -> dict[str, dict[str, list[tuple[int, float]]]]:
+    sizes = [4 ** k for k in range(6, 12)]
+    return {
+        "node1+node2": {"harness": [(s, min(2.0, s / 2e6)) for s in sizes],
+                        "ib_write_bw": [(2 ** k, min(9.0, 2 ** k / 4e5)) for k in range(1, 24)]},
+        "node3+node4": {"harness": [(s, min(1.5, s / 3e6)) for s in sizes], "ib_write_bw": []},
+    }
+
+
+def test_plot_bandwidth_on_synthetic_data(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "out" / "bandwidth.png"
+    assert plot_bandwidth(_synthetic(), path)
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1100, 450)
+    empty = tmp_path / "empty.png"
+    assert plot_bandwidth({"x": {"harness": [], "ib_write_bw": []}}, empty) and empty.exists()
+
+
+def test_plot_bandwidth_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
+    assert plot_bandwidth(_synthetic(), tmp_path / "b.png") is False
+    assert not (tmp_path / "b.png").exists()
+
+
+def test_summary_with_bandwidth() -> None:
+    report: dict[str, Any] = {
+        "status": "passed", "started": "2026-11-29T02:00:00.000+00:00", "duration": 61.0,
+        "inventory": "lab.yaml", "group": "san", "pytest_args": [],
+        "hosts": {"node1+node2": {"status": "passed", "exit_status": 0, "log": "x.log", "failures": [],
+                                  "totals": {"passed": 80, "failed": 0, "skipped": 19},
+                                  "rules": {"R1": {"passed": 7, "failed": 0, "skipped": 0},
+                                            "P3": {"passed": 0, "failed": 0, "skipped": 3}}}},
+        "bandwidth_png": True, "bandwidth_note": None,
+        "bandwidth": {"node1+node2": {
+            "harness": [{"bytes": 4096, "gbps": 0.01}, {"bytes": 65536, "gbps": 0.2}],
+            "ib_write_bw": [{"bytes": 2, "gbps": 0.001}, {"bytes": 4096, "gbps": 2.47},
+                            {"bytes": 65536, "gbps": 8.1}]}},
+    }
+    text = render_summary(report)
+    assert text.startswith("# pytest-san nightly: \u2713 passed\n")
+    row = "| **node1+node2** | \u2713 passed | 80 \u2713 \u00b7 0 \u2717 \u00b7 19 \u2013 | \u2713 7 | \u2013 |"
+    assert row in text  # R1 passed by 7 tests; P3 only skipped
+    assert "![RDMA write bandwidth: harness and ib_write_bw](bandwidth.png)" in text
+    assert "| 4096 | 0.01 | 2.47 |" in text and "| 65536 | 0.2 | 8.1 |" in text
+    assert "| 2 |" not in text  # ib_write_bw's sizes below the harness's are left out of the table
+
+
+def test_harness_bandwidth_through_the_public_api(hosts: list[HostConfig]) -> None:
+    backend = HilBackend(hosts[:1])
+    try:
+        points = measure_harness(backend, sizes=(4096, 65536), seconds=0.05, depth=4)
+        assert [size for size, _ in points] == [4096, 65536] and all(gbps > 0 for _, gbps in points)
+        assert backend.leaks() == []
+    finally:
+        backend.close()
+
+
+# --- the command ---------------------------------------------------------------------------------------
+
+
+def _nightly(tmp_path: Path, hosts: list[HostConfig], capsys: pytest.CaptureFixture[str], *pytest_args: str,
+             monkeypatch: pytest.MonkeyPatch) -> tuple[int, Path, str]:
+    for key in list(os.environ):
+        if key.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")):  # not for the nested pytest runs
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    inv = write_inventory(tmp_path / "lab.json", hosts)
+    out = tmp_path / "nightly"
+    status = main(["nightly", "--inventory", str(inv), "--out", str(out), "--", "-p", "no:cacheprovider",
+                   *pytest_args])
+    return status, out, capsys.readouterr().out
+
+
+def test_nightly_on_two_emulator_hosts(tmp_path: Path, hosts: list[HostConfig], capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    status, out, said = _nightly(tmp_path, hosts, capsys, monkeypatch=monkeypatch)
+    assert status == 0, said + "".join(p.read_text() for p in out.glob("hosts/*/pytest.log"))
+    assert sorted(p.name for p in out.iterdir()) == ["hosts", "junit.xml", "report.json", "summary.md"]
+
+    junit = ET.parse(out / "junit.xml").getroot()
+    suites = junit.findall("testsuite")
+    assert junit.tag == "testsuites" and [s.get("name") for s in suites] == list(NAMES)
+    for suite in suites:
+        cases = suite.findall("testcase")
+        assert len(cases) == int(suite.get("tests", "0")) > 50 and suite.get("failures") == "0"
+        assert all(str(c.get("classname")).startswith(f"{suite.get('name')}.") for c in cases)
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "passed" and list(report["hosts"]) == list(NAMES)
+    for name, entry in report["hosts"].items():
+        assert entry["hosts"] == [name] and entry["exit_status"] == 0 and entry["failures"] == []
+        assert entry["rules"]["R1"]["status"] == "passed" and entry["rules"]["R1"]["passed"] > 0
+        assert [lease["hosts"] for lease in entry["leases"]] == [[name]]
+    assert report["bandwidth"] is None and "No verbs hosts" in report["bandwidth_note"]
+
+    summary = (out / "summary.md").read_text()
+    lines = summary.splitlines()
+    assert lines[0] == "# pytest-san nightly: \u2713 passed"
+    header = next(line for line in lines if line.startswith("| host |"))
+    assert header.startswith("| host | result | tests | R1 | R2 |")
+    rows = [line for line in lines if line.startswith("| **")]
+    assert [r.split("|")[1].strip() for r in rows] == [f"**{n}**" for n in NAMES]
+    assert all("\u2717" not in cell for r in rows for cell in r.split("|")[4:])  # no rule failed
+    assert "No verbs hosts in the inventory" in summary and "bandwidth.png not written" in summary
+    assert "## Failures" not in summary
+    assert "nightly: passed: wrote" in said
+
+
+def test_nightly_fails_on_an_injected_failure_and_shows_its_diagnostics(
+        tmp_path: Path, hosts: list[HostConfig], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "test_injected.py").write_text(INJECTED)
+    status, out, said = _nightly(tmp_path, hosts, capsys, "test_injected.py", "-k",
+                                 "injected or test_handle_works_in_its_own_process", monkeypatch=monkeypatch)
+    assert status == 1, said
+    junit = ET.parse(out / "junit.xml").getroot()
+    assert [s.get("failures") for s in junit.findall("testsuite")] == ["1", "1"] and junit.get("failures") == "2"
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "failed"
+    for name, entry in report["hosts"].items():
+        assert entry["status"] == "failed" and entry["rules"]["R6"]["failed"] == 1
+        (failure,) = entry["failures"]
+        assert failure["nodeid"] == "test_injected.py::test_injected_failure"
+        assert "injected failure" in failure["reason"]
+        assert list(failure["diagnostics"]) == [name] and "rdma link show" in failure["diagnostics"][name]
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# pytest-san nightly: \u2717 FAILED")
+    assert "| \u2717 1/1 |" in summary  # R6 on each host
+    assert f"### {NAMES[0]}: `test_injected.py::test_injected_failure` (R6)" in summary
+    assert f"<summary>host diagnostics: {NAMES[1]}</summary>" in summary
+
+
+def test_nightly_shows_a_pytest_that_did_not_run(tmp_path: Path, hosts: list[HostConfig],
+                                                capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    status, out, _ = _nightly(tmp_path, hosts, capsys, "--no-such-option", monkeypatch=monkeypatch)
+    assert status == 1
+    suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
+    assert [s.get("errors") for s in suites] == ["1", "1"]
+    error = suites[0].find("testcase/error")
+    assert error is not None and "exited with status 4" in str(error.get("message"))
+    assert "--no-such-option" in str(error.text)
+    summary = (out / "summary.md").read_text()
+    assert f"### {NAMES[0]}: pytest exited 4 without a failed test" in summary
+
+
+def test_nightly_measures_bandwidth_on_verbs_sets(tmp_path: Path, hosts: list[HostConfig],
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The emulator hosts stand in for verbs pairs: the harness measures through them, ib_write_bw is absent.
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(HostSet, "verbs", property(lambda self: True))
+    monkeypatch.setattr(bandwidth, "has_ib_write_bw", lambda agent: False)  # whatever this machine has
+    monkeypatch.setattr(bandwidth, "measure_harness", functools.partial(bandwidth.measure_harness, seconds=0.05))
+    status, out, said = _nightly(tmp_path, hosts, capsys, "-k", "test_handle_works_in_its_own_process",
+                                 monkeypatch=monkeypatch)
+    assert status == 0, said
+    assert (out / "bandwidth.png").read_bytes().startswith(b"\x89PNG")
+    report = json.loads((out / "report.json").read_text())
+    for name in NAMES:
+        entry = report["bandwidth"][name]
+        assert [p["bytes"] for p in entry["harness"]] == [4 ** k for k in range(6, 12)]
+        assert "harness_error" not in entry and "ib_write_bw_error" not in entry
+        assert entry["ib_write_bw"] == [] and "apt-get install perftest" in entry["ib_write_bw_missing"]
+    summary = (out / "summary.md").read_text()
+    assert "![RDMA write bandwidth: harness and ib_write_bw](bandwidth.png)" in summary
+    assert f"**{NAMES[0]}** (Gb/s)" in summary and "| 4096 |" in summary
+    assert f"{NAMES[0]}: ib_write_bw is not installed on the hosts" in summary
+
+
+FAKE_IB_WRITE_BW = f"""#!/bin/sh
+# server: no address argument; client: the last argument is the server's address
+case "$*" in
+  *127.0.0.1) echo "$*" > "$(dirname "$0")/client-args"; cat <<'OUT'
+{IB_WRITE_BW}OUT
+  ;;
+  *) echo "$*" > "$(dirname "$0")/server-args"; echo " Waiting for client to connect... "; sleep 30 ;;
+esac
+"""
+
+
+def test_ib_write_bw_runs_over_the_transport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "bin" / "ib_write_bw"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_IB_WRITE_BW)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    host = HostConfig(name="local1", host="127.0.0.1", connection="local", engine="emulator", loopback=True,
+                      python_interpreter=sys.executable, device="rxe0", gid_index=1,
+                      extra={"san_remote_tmp": str(tmp_path), "san_lab_address": "127.0.0.1/24"})
+    backend = HilBackend([host])
+    try:
+        agent = backend.agents[0]
+        assert bandwidth.has_ib_write_bw(agent)
+        assert bandwidth.measure_ib_write_bw(agent, agent) == [(2, 0.009), (4096, 2.47), (8388608, 9.05)]
+    finally:
+        backend.close()
+    expected = ["-a", "-n", "20", "-F", "--report_gbits", "-d", "rxe0", "-x", "1"]
+    assert (fake.parent / "server-args").read_text().split() == expected
+    assert (fake.parent / "client-args").read_text().split()[-3:] == ["-x", "1", "127.0.0.1"]
