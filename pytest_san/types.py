@@ -1,56 +1,24 @@
-"""Value types of the contract: access flags, completion statuses, proxy constants (SPEC.md section 2)."""
+"""Value types of the contract: completions, device descriptions, leaks (SPEC.md section 2); the
+flags, statuses and constants come from ``pytest_san.contract``."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 
-DO_DIRECT_IO = 0x10
-SO_MAX_RDMA_SIZE = 0x700D
-SO_RDMA_THRESHOLD_SIZE = 0x700E
+from .contract import (
+    DO_DIRECT_IO,
+    FOUR_GIB,
+    PAGE_SIZE,
+    SO_MAX_RDMA_SIZE,
+    SO_RDMA_THRESHOLD_SIZE,
+    Access,
+    CacheType,
+    Status,
+    is_int,
+)
 
-PAGE_SIZE = 4096
-FOUR_GIB = 1 << 32
-
-
-class Access(enum.IntFlag):
-    """Registration access [MEM_READ, MEM_WRITE, MEM_READWRITE]."""
-
-    READ = 1
-    WRITE = 2
-    READWRITE = 3
-
-
-class Status(enum.Enum):
-    """Completion status; ``verbs`` is the matching ibv_wc_status."""
-
-    SUCCESS = 0
-    LOCAL_LENGTH = 1
-    LOCAL_PROTECTION = 4
-    ABORTED = 5
-    ACCESS_VIOLATION = 10
-    REMOTE_OPERATION = 11
-    CONNECTION_RESET = 12
-
-    @property
-    def verbs(self) -> int:
-        return int(self.value)
-
-    @classmethod
-    def from_verbs(cls, wc_status: int) -> Status:
-        """Map an ibv_wc_status; statuses the contract does not name become REMOTE_OPERATION."""
-        try:
-            return cls(wc_status)
-        except ValueError:
-            return cls.REMOTE_OPERATION
-
-
-class CacheType(enum.IntEnum):
-    """MEMORY_CACHING_TYPE values used by allocate_contiguous (P4)."""
-
-    NON_CACHED = 0
-    CACHED = 1
-    WRITE_COMBINED = 2
+__all__ = ["DO_DIRECT_IO", "FOUR_GIB", "PAGE_SIZE", "SO_MAX_RDMA_SIZE", "SO_RDMA_THRESHOLD_SIZE", "Access",
+           "CacheType", "Completion", "DeviceDescription", "Leak", "Status", "is_int"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +71,3 @@ class Leak:
     def __str__(self) -> str:
         return f"{self.node}: {self.kind} {self.detail}"
 
-
-def is_int(value: object) -> bool:
-    """An integer argument: an int (or an int subclass such as an IntEnum), but not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -15,7 +15,7 @@ from hil.agent.server import agent_files
 from hil.inventory import HostConfig
 from hil.rpc import framing as wire
 from hil.transport import Channel, Transport, TransportError
-from pytest_san.errors import SanError, WsaError
+from pytest_san.contract import SanError, WsaError
 
 ROOT = Path(__file__).resolve().parents[2]  # where hil/ and pytest_san/ sit side by side
 

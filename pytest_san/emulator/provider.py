@@ -8,13 +8,25 @@ socket's connection; a protection or access error moves the connection to error 
 from __future__ import annotations
 
 import itertools
-import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SanError, WsaError
-from ..types import PAGE_SIZE, SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, Access, Status
-from ..types import is_int as _is_int
+from ..contract import (
+    DESCRIPTOR,
+    DESCRIPTOR_SIZE,
+    MAX_RDMA_SIZE,
+    MAX_SGE,
+    PAGE_SIZE,
+    QUEUE_DEPTH,
+    RDMA_THRESHOLD,
+    SO_MAX_RDMA_SIZE,
+    SO_RDMA_THRESHOLD_SIZE,
+    Access,
+    SanError,
+    Status,
+    WsaError,
+)
+from ..contract import is_int as _is_int
 from .process import EmulatedBuffer, EmulatedProcess
 from .sockets import EmulatedOperation, EmulatedRegistration, EmulatedSocket, SocketState, Waitable
 
@@ -22,12 +34,6 @@ if TYPE_CHECKING:
     from .fabric import Fabric
     from .proxy import EmulatedProxy
 
-DESCRIPTOR = struct.Struct("<QQI")  # address, length, window rkey: what verbs hands a peer
-DESCRIPTOR_SIZE = DESCRIPTOR.size
-MAX_SGE = 4
-QUEUE_DEPTH = 64
-MAX_RDMA_SIZE = 1 << 20
-RDMA_THRESHOLD = 16 * 1024
 _ACCESS = {1: Access.READ, 2: Access.WRITE, 3: Access.READWRITE}  # validates (after a type check): one lookup
 _READ, _WRITE = int(Access.READ), int(Access.WRITE)
 _CLOSED = SocketState.CLOSED

@@ -9,23 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..contract import DO_DIRECT_IO, FOUR_GIB, MAX_DESCRIPTION_VERSION, PAGE_SIZE, CacheType
 from ..errors import SanError, WsaError
 from ..protocols import Allocation, DmaAdapter
-from ..types import (
-    DO_DIRECT_IO,
-    FOUR_GIB,
-    PAGE_SIZE,
-    CacheType,
-    DeviceDescription,
-    Leak,
-)
+from ..types import DeviceDescription, Leak
 from ..types import is_int as _is_int
 from .memory import PhysicalMemory, Run, page_up
 
 _new = object.__new__
 
 KERNEL_VA_BASE = 0xFFFF800000000000  # invented kernel virtual address = this + physical address
-MAX_DESCRIPTION_VERSION = 3  # DEVICE_DESCRIPTION_VERSION .. DEVICE_DESCRIPTION_VERSION3
 
 _SHIFT = PAGE_SIZE.bit_length() - 1
 _MASK = PAGE_SIZE - 1

@@ -21,8 +21,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``hil.agent.engines.verbs`` importable from the tree
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4)))
 
-from hil.agent.engines.verbs.constants import SanError
 from hil.rpc.framing import decode, encode
+from pytest_san.contract import (
+    SanError,
+)
 
 SYSFS = "/sys/class/infiniband"
 METHODS = frozenset((

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hil.agent.engines.verbs.constants import STATUS_ABORTED, WSAEFAULT, WSAENOTSOCK, SanError
 from hil.agent.engines.verbs.host import ChildProcess, PinnedProxy, host_capabilities, select_device, select_gid_index
+from pytest_san.contract import (
+    SanError,
+    Status,
+    WsaError,
+)
 
 RECYCLE_BYTES = 64 << 20  # a default process that handed out more is replaced at the next reset
 
@@ -93,7 +97,7 @@ class VerbsOperation:
     def wait(self, timeout: float | None = 10.0) -> dict[str, Any]:
         if self._result is None:
             if not self.process.alive:  # the process died: the kernel flushed it
-                return {"status": STATUS_ABORTED, "bytes": 0}
+                return {"status": Status.ABORTED.value, "bytes": 0}
             done = self.process.child.op_wait(self.op_id, timeout)
             self._result = {"status": done["status"], "bytes": done["bytes"], "wc_status": done.get("wc_status")}
         return self._result
@@ -111,7 +115,8 @@ def _pairs(sock: VerbsSocket, buffers: list[Any]) -> list[list[int]]:
     for buffer, handle in buffers:
         if buffer.process is not sock.process:
             # Another process's address means nothing here; the child would read its own memory.
-            raise SanError(WSAEFAULT, f"buffer of pid {buffer.process.pid} used on a socket of pid {sock.process.pid}")
+            raise SanError(WsaError.WSAEFAULT,
+                           f"buffer of pid {buffer.process.pid} used on a socket of pid {sock.process.pid}")
         out.append([buffer.address, buffer.length, handle])
     return out
 
@@ -128,14 +133,14 @@ class VerbsProvider:
 
     def _child(self, socket: Any) -> Any:
         if not isinstance(socket, VerbsSocket) or socket.closed or not socket.process.alive:
-            raise SanError(WSAENOTSOCK, f"{socket!r} is not an open socket of this host")
+            raise SanError(WsaError.WSAENOTSOCK, f"{socket!r} is not an open socket of this host")
         return socket.process.child
 
     def _registration(self, socket: VerbsSocket, buffer: Any) -> None:
         if not isinstance(buffer, VerbsBuffer):
             raise TypeError(f"buffer must be a buffer of a process, got {buffer!r:.80}")
         if buffer.process is not socket.process:
-            raise SanError(WSAEFAULT, f"{buffer.length} bytes at {buffer.address:#x} are not in the address "
+            raise SanError(WsaError.WSAEFAULT, f"{buffer.length} bytes at {buffer.address:#x} are not in the address "
                            f"space of pid {socket.process.pid}")
 
     def register_memory(self, socket: Any, buffer: Any, access: int) -> int:
@@ -199,7 +204,7 @@ class VerbsProvider:
 
     def registrations(self, socket: Any) -> list[dict[str, Any]]:
         if not isinstance(socket, VerbsSocket):
-            raise SanError(WSAENOTSOCK, f"{socket!r:.80} is not a socket of this host")
+            raise SanError(WsaError.WSAENOTSOCK, f"{socket!r:.80} is not a socket of this host")
         if socket.closed or not socket.process.alive:
             return []  # a closed socket holds nothing (the emulator answers the same)
         regs: list[dict[str, Any]] = socket.process.child.call("registrations", socket=socket.sid)

@@ -30,23 +30,21 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from hil.agent.engines.verbs.constants import (
-    CACHE_TYPES,
-    DO_DIRECT_IO,
-    FOUR_GIB,
-    HUGE_PAGE_SIZE,
-    MAX_DESCRIPTION_VERSION,
-    PAGE_SIZE,
-    WSAEINVAL,
-    WSAENOBUFS,
-    WSAEOPNOTSUPP,
-    SanError,
-    is_int,
-)
 from hil.agent.engines.verbs.libc import MAP_HUGETLB, libc, map_anonymous
 from hil.rpc.framing import decode, encode
+from pytest_san.contract import (
+    DO_DIRECT_IO,
+    FOUR_GIB,
+    MAX_DESCRIPTION_VERSION,
+    PAGE_SIZE,
+    CacheType,
+    SanError,
+    WsaError,
+    is_int,
+)
 
 SYSFS = "/sys/class/infiniband"
+HUGE_PAGE_SIZE = 2 << 20
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 
 
@@ -460,17 +458,17 @@ def _integers(call: str, **values: Any) -> None:
     """Refuse, before anything changes, a size or address that is not an int (True and 1.0 are not)."""
     bad = [f"{name} {value!r}" for name, value in values.items() if not is_int(value)]
     if bad:
-        raise SanError(WSAEINVAL, "{}: not integers: {}".format(call, ", ".join(bad)))
+        raise SanError(WsaError.WSAEINVAL, "{}: not integers: {}".format(call, ", ".join(bad)))
 
 
 def _flag(call: str, name: str, value: Any) -> None:
     if not isinstance(value, bool):
-        raise SanError(WSAEINVAL, f"{call}: {name} must be True or False, got {value!r}")
+        raise SanError(WsaError.WSAEINVAL, f"{call}: {name} must be True or False, got {value!r}")
 
 
 def _cache_type(value: Any) -> None:
-    if not is_int(value) or value not in CACHE_TYPES:
-        raise SanError(WSAEINVAL, f"unknown cache type {value!r}")
+    if not is_int(value) or value not in tuple(CacheType):
+        raise SanError(WsaError.WSAEINVAL, f"unknown cache type {value!r}")
 
 
 class HostDmaAdapter:
@@ -494,7 +492,7 @@ class HostDmaAdapter:
 
     def allocate_common_buffer(self, length: int, cache_enabled: bool) -> tuple[int, int] | None:
         if self.put:
-            raise SanError(WSAEINVAL, f"allocate_common_buffer: DMA adapter #{self.id} was already put")
+            raise SanError(WsaError.WSAEINVAL, f"allocate_common_buffer: DMA adapter #{self.id} was already put")
         _integers("allocate_common_buffer", length=length)
         _flag("allocate_common_buffer", "cache_enabled", cache_enabled)
         if length <= 0:
@@ -510,12 +508,12 @@ class HostDmaAdapter:
 
     def free_common_buffer(self, length: int, logical: int, virtual: int, cache_enabled: bool) -> None:
         if self.put:
-            raise SanError(WSAEINVAL, f"free_common_buffer: DMA adapter #{self.id} was already put")
+            raise SanError(WsaError.WSAEINVAL, f"free_common_buffer: DMA adapter #{self.id} was already put")
         _integers("free_common_buffer", length=length, logical=logical, virtual=virtual)
         _flag("free_common_buffer", "cache_enabled", cache_enabled)
         buf = self._buffers.get(logical)
         if buf is None:
-            raise SanError(WSAEINVAL, f"free_common_buffer: no common buffer at logical {logical:#x} "
+            raise SanError(WsaError.WSAEINVAL, f"free_common_buffer: no common buffer at logical {logical:#x} "
                            f"on adapter #{self.id}")
         want_length, want_virtual, want_cache = buf
         wrong = []
@@ -526,7 +524,8 @@ class HostDmaAdapter:
         if bool(cache_enabled) != want_cache:
             wrong.append(f"cache_enabled {bool(cache_enabled)} differs from {want_cache}")
         if wrong:
-            raise SanError(WSAEINVAL, "free_common_buffer at logical {:#x}: {}".format(logical, "; ".join(wrong)))
+            raise SanError(WsaError.WSAEINVAL,
+                           "free_common_buffer at logical {:#x}: {}".format(logical, "; ".join(wrong)))
         del self._buffers[logical]
         size = self._owner._common.pop(logical)
         self._owner._release_block(want_virtual, size)
@@ -564,7 +563,8 @@ class PinnedProxy:
 
     def set_nolowmem(self, value: bool) -> None:
         if value:
-            raise SanError(WSAEOPNOTSUPP, "NOLOWMEM cannot be set on a Linux host (capability 'nolowmem' absent)")
+            raise SanError(WsaError.WSAEOPNOTSUPP,
+                           "NOLOWMEM cannot be set on a Linux host (capability 'nolowmem' absent)")
 
     # -- capabilities ---------------------------------------------------------------------------
 
@@ -594,16 +594,16 @@ class PinnedProxy:
 
     def allocate(self, nbytes: int) -> HostAllocation:
         if not is_int(nbytes) or nbytes <= 0:
-            raise SanError(WSAEINVAL, f"proxy of {self.name}: cannot allocate {nbytes!r} bytes")
+            raise SanError(WsaError.WSAEINVAL, f"proxy of {self.name}: cannot allocate {nbytes!r} bytes")
         size = -(-nbytes // PAGE_SIZE) * PAGE_SIZE
         address = map_anonymous(size)
         if address is None:
-            raise SanError(WSAENOBUFS, f"proxy of {self.name}: mmap of {size} bytes failed: "
+            raise SanError(WsaError.WSAENOBUFS, f"proxy of {self.name}: mmap of {size} bytes failed: "
                            f"{os.strerror(ctypes.get_errno())}")
         if libc.mlock(address, size) != 0:
             err = ctypes.get_errno()
             libc.munmap(address, size)
-            raise SanError(WSAENOBUFS, f"proxy of {self.name}: mlock of {size} bytes failed: "
+            raise SanError(WsaError.WSAENOBUFS, f"proxy of {self.name}: mlock of {size} bytes failed: "
                            f"{os.strerror(err)} (RLIMIT_MEMLOCK?)")
         allocation = HostAllocation(next(self._ids), address, nbytes, size, physical_runs(address, nbytes))
         self._allocations[allocation.id] = allocation
@@ -613,7 +613,7 @@ class PinnedProxy:
         aid = getattr(allocation, "id", allocation)
         mine = self._allocations.get(aid) if is_int(aid) else None
         if mine is None or (isinstance(allocation, HostAllocation) and mine is not allocation):
-            raise SanError(WSAEINVAL, f"free: {allocation!r} is not a live allocation of the proxy of "
+            raise SanError(WsaError.WSAEINVAL, f"free: {allocation!r} is not a live allocation of the proxy of "
                                       f"{self.name} (double free?)")
         del self._allocations[mine.id]
         self._release_block(mine.address, mine.size)
@@ -659,7 +659,8 @@ class PinnedProxy:
         _integers("allocate_contiguous", nbytes=nbytes, lowest=lowest, highest=highest, boundary=boundary)
         _cache_type(cache_type)
         if nbytes <= 0 or lowest < 0 or highest < 0 or boundary < 0:
-            raise SanError(WSAEINVAL, f"allocate_contiguous({nbytes!r}, {lowest!r}, {highest!r}, {boundary!r}): "
+            raise SanError(WsaError.WSAEINVAL,
+                           f"allocate_contiguous({nbytes!r}, {lowest!r}, {highest!r}, {boundary!r}): "
                                       "the size must be positive, addresses and boundary not negative")
         got = self._contiguous_block(nbytes, lowest, highest, boundary)
         if got is None:
@@ -673,7 +674,8 @@ class PinnedProxy:
         _cache_type(cache_type)
         entry = self._contiguous.get(base)
         if entry is None:
-            raise SanError(WSAEINVAL, f"free_contiguous: no contiguous block of {self.name} starts at {base:#x}")
+            raise SanError(WsaError.WSAEINVAL,
+                           f"free_contiguous: no contiguous block of {self.name} starts at {base:#x}")
         block, virtual = entry
         wrong = []
         if nbytes != block.nbytes:
@@ -681,7 +683,7 @@ class PinnedProxy:
         if int(cache_type) != block.cache_type:
             wrong.append(f"cache type {cache_type!r} differs from {block.cache_type}")
         if wrong:
-            raise SanError(WSAEINVAL, "free_contiguous at {:#x}: {}".format(base, "; ".join(wrong)))
+            raise SanError(WsaError.WSAEINVAL, "free_contiguous at {:#x}: {}".format(base, "; ".join(wrong)))
         del self._contiguous[base]
         self._release_block(virtual, block.size)
 
@@ -690,14 +692,14 @@ class PinnedProxy:
     def get_dma_adapter(self, description: Any) -> HostDmaAdapter:
         missing = [n for n in _DESCRIPTION_FIELDS if _field(description, n) is None]
         if missing:
-            raise SanError(WSAEINVAL, "get_dma_adapter: DEVICE_DESCRIPTION was not zero-initialised; "
+            raise SanError(WsaError.WSAEINVAL, "get_dma_adapter: DEVICE_DESCRIPTION was not zero-initialised; "
                            "uninitialised fields: {}".format(", ".join(missing)))
         values = {n: _field(description, n) for n in _DESCRIPTION_FIELDS}
         problems = [f"{n} must be an integer, got {values[n]!r}" for n in _DESCRIPTION_INTS if not is_int(values[n])]
         problems += [f"{n} must be True or False, got {values[n]!r}" for n in _DESCRIPTION_FLAGS
                      if not isinstance(values[n], bool)]
         if problems:
-            raise SanError(WSAEINVAL, "get_dma_adapter: {}".format("; ".join(problems)))
+            raise SanError(WsaError.WSAEINVAL, "get_dma_adapter: {}".format("; ".join(problems)))
         if values["master"] is not True:
             problems.append("master must be True (a SAN NIC is a bus master)")
         if not values["maximum_length"] > 0:
@@ -705,16 +707,16 @@ class PinnedProxy:
         if not 0 <= values["version"] <= MAX_DESCRIPTION_VERSION:
             problems.append(f'version {values["version"]!r} is not 0..{MAX_DESCRIPTION_VERSION}')
         if problems:
-            raise SanError(WSAEINVAL, "get_dma_adapter: {}".format("; ".join(problems)))
+            raise SanError(WsaError.WSAEINVAL, "get_dma_adapter: {}".format("; ".join(problems)))
         adapter = HostDmaAdapter(self, next(self._adapter_ids), values)
         self._adapters[adapter.id] = adapter
         return adapter
 
     def put_dma_adapter(self, adapter: Any) -> None:
         if not isinstance(adapter, HostDmaAdapter) or self._adapters.get(adapter.id) is not adapter:
-            raise SanError(WSAEINVAL, f"put_dma_adapter: {adapter!r} is not a live adapter of {self.name}")
+            raise SanError(WsaError.WSAEINVAL, f"put_dma_adapter: {adapter!r} is not a live adapter of {self.name}")
         if adapter.common_buffers:
-            raise SanError(WSAEINVAL, f"put_dma_adapter: DMA adapter #{adapter.id} still has "
+            raise SanError(WsaError.WSAEINVAL, f"put_dma_adapter: DMA adapter #{adapter.id} still has "
                            f"{adapter.common_buffers} common buffer(s); free them first")
         del self._adapters[adapter.id]
         adapter.put = True

@@ -21,7 +21,7 @@ Everything a SAN provider keeps for the sockets of one process lives here, on re
 * close_socket: the QP goes to ERR, the flush completes pending operations ABORTED, every
   registration of the socket is released and the QP destroyed (R11).
 
-Errors are ``constants.SanError`` with the contract's Winsock codes. Standard library + pyverbs,
+Errors are ``pytest_san.contract.SanError`` with the contract's Winsock codes. Standard library + pyverbs,
 Python 3.9 compatible.
 """
 
@@ -45,10 +45,8 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr  # type: ignore[import-not-
 from pyverbs.wr import SGE, RecvWR, SendWR  # type: ignore[import-not-found]
 
 from hil.agent.engines.verbs import enums as e
-from hil.agent.engines.verbs.constants import (
-    ACCESS_NAMES,
-    ACCESS_READ,
-    ACCESS_WRITE,
+from hil.agent.engines.verbs.libc import PROT_NONE, libc, map_anonymous
+from pytest_san.contract import (
     DESCRIPTOR,
     DESCRIPTOR_SIZE,
     MAX_RDMA_SIZE,
@@ -58,24 +56,13 @@ from hil.agent.engines.verbs.constants import (
     RDMA_THRESHOLD,
     SO_MAX_RDMA_SIZE,
     SO_RDMA_THRESHOLD_SIZE,
-    STATUS_ABORTED,
-    STATUS_ACCESS_VIOLATION,
-    STATUS_CONNECTION_RESET,
-    STATUS_LOCAL_PROTECTION,
-    STATUS_SUCCESS,
     VALID_ACCESS,
-    WSAEFAULT,
-    WSAEINVAL,
-    WSAENETDOWN,
-    WSAENOBUFS,
-    WSAENOTCONN,
-    WSAENOTSOCK,
-    WSAEOPNOTSUPP,
+    Access,
     SanError,
+    Status,
+    WsaError,
     is_int,
-    status_from_wc,
 )
-from hil.agent.engines.verbs.libc import PROT_NONE, libc, map_anonymous
 
 INTERNAL = 1 << 62  # wr_id bit of the engine's own work requests (bind, local invalidate)
 INTERNAL_SLOTS = 8  # send-queue room kept for them on top of QUEUE_DEPTH
@@ -126,7 +113,7 @@ class Registration:
 
     def __repr__(self) -> str:
         return (f"{self.kind} {self.key:#x} {self.address:#x}+{self.length} "
-                f"{ACCESS_NAMES.get(self.access, self.access)} refs={self.refs}")
+                f"{Access(self.access).name if self.access in VALID_ACCESS else self.access} refs={self.refs}")
 
 
 class Burst:
@@ -184,7 +171,7 @@ class Socket:
         self.send_ops: set[int] = set()  # operation ids outstanding on the send queue
         self.recv_ops: set[int] = set()  # ... and on the receive queue
         self.internal: set[int] = set()  # engine work requests (bind, invalidate) not yet completed
-        self.flush_status = STATUS_ABORTED  # what a WR_FLUSH_ERR means for this socket's operations
+        self.flush_status = Status.ABORTED.value  # what a WR_FLUSH_ERR means for this socket's operations
 
 
 class VerbsProcess:
@@ -217,7 +204,7 @@ class VerbsProcess:
             self.device_has_mw2 = has_mw2
             port_attr = self.ctx.query_port(port)
             if int(port_attr.state) != e.IBV_PORT_ACTIVE:
-                raise SanError(WSAENETDOWN, f"port {port} of {device} is not ACTIVE "
+                raise SanError(WsaError.WSAENETDOWN, f"port {port} of {device} is not ACTIVE "
                                f"(state {int(port_attr.state)})")
             self.mtu = int(port_attr.active_mtu)
             self.lid = int(port_attr.lid)
@@ -262,10 +249,10 @@ class VerbsProcess:
         size = usable + PAGE_SIZE  # + a guard page
         address = map_anonymous(size)
         if address is None:
-            raise SanError(WSAENOBUFS, f"mmap of {size} bytes failed: {os.strerror(ctypes.get_errno())}")
+            raise SanError(WsaError.WSAENOBUFS, f"mmap of {size} bytes failed: {os.strerror(ctypes.get_errno())}")
         if libc.mprotect(address + usable, PAGE_SIZE, PROT_NONE) != 0:
             libc.munmap(address, size)
-            raise SanError(WSAENOBUFS, f"mprotect of the guard page failed: {os.strerror(ctypes.get_errno())}")
+            raise SanError(WsaError.WSAENOBUFS, f"mprotect of the guard page failed: {os.strerror(ctypes.get_errno())}")
         self._maps[address] = Mapping(address, nbytes, size)
         bisect.insort(self._bases, address)
         return {"address": address, "length": nbytes}
@@ -273,12 +260,12 @@ class VerbsProcess:
     def free(self, address: int) -> None:
         mapping = self._maps.get(address) if is_int(address) else None
         if mapping is None:
-            raise SanError(WSAEINVAL, f"no buffer starts at {address:#x} in pid {self.pid}")
+            raise SanError(WsaError.WSAEINVAL, f"no buffer starts at {address:#x} in pid {self.pid}")
         end = address + mapping.length
         for sock in self._sockets.values():
             for reg in list(sock.handles.values()) + list(sock.windows.values()):
                 if reg.address < end and address < reg.address + reg.length:
-                    raise SanError(WSAEINVAL, f"buffer {address:#x} is still registered ({reg!r})")
+                    raise SanError(WsaError.WSAEINVAL, f"buffer {address:#x} is still registered ({reg!r})")
         del self._maps[address]
         self._bases.remove(address)
         libc.munmap(address, mapping.size)
@@ -299,7 +286,8 @@ class VerbsProcess:
         if length == 0 and is_int(length):
             return b""
         if self._mapping_of(address, length) is None:
-            raise SanError(WSAEFAULT, f"{length} bytes at {address:#x} are not inside a buffer of pid {self.pid}")
+            raise SanError(WsaError.WSAEFAULT,
+                           f"{length} bytes at {address:#x} are not inside a buffer of pid {self.pid}")
         return ctypes.string_at(address, length)
 
     def write(self, address: int, data: bytes) -> None:
@@ -307,7 +295,7 @@ class VerbsProcess:
         if not data:
             return
         if self._mapping_of(address, len(data)) is None:
-            raise SanError(WSAEFAULT, f"{len(data)} bytes at {address:#x} are not inside "
+            raise SanError(WsaError.WSAEFAULT, f"{len(data)} bytes at {address:#x} are not inside "
                            f"a buffer of pid {self.pid}")
         ctypes.memmove(address, data, len(data))
 
@@ -317,7 +305,7 @@ class VerbsProcess:
         """A new socket (an RC QP left in INIT) and the info its peer needs to connect to it."""
         self._check_open()
         if len(self._sockets) >= self.max_sockets:
-            raise SanError(WSAENOBUFS, f"pid {self.pid} already has {len(self._sockets)} sockets "
+            raise SanError(WsaError.WSAENOBUFS, f"pid {self.pid} already has {len(self._sockets)} sockets "
                            f"(the CQ holds {self.cq_size} entries)")
         # QPCap() defaults to ONE send WR: size both queues explicitly.
         cap = QPCap(max_send_wr=QUEUE_DEPTH + INTERNAL_SLOTS, max_recv_wr=QUEUE_DEPTH,
@@ -330,7 +318,7 @@ class VerbsProcess:
         try:
             qp = QP(self.pd, init_attr, attr)  # an RC QP created with a qp_attr is left in INIT
         except Exception as exc:
-            raise SanError(WSAENOBUFS, f"cannot create an RC QP: {exc}") from None
+            raise SanError(WsaError.WSAENOBUFS, f"cannot create an RC QP: {exc}") from None
         sid = self._next_socket
         self._next_socket += 1
         sock = Socket(sid, qp, random.getrandbits(24))
@@ -345,14 +333,14 @@ class VerbsProcess:
         """Move the socket's QP INIT -> RTR -> RTS towards the peer described by ``peer``."""
         sock = self._socket(socket)
         if sock.state != "created":
-            raise SanError(WSAEINVAL, f"socket {sock.id} is {sock.state}, not waiting to connect")
+            raise SanError(WsaError.WSAEINVAL, f"socket {sock.id} is {sock.state}, not waiting to connect")
         try:
             qpn, psn = int(peer["qpn"]), int(peer["psn"])
             gid_hex = str(peer["gid"])
             mtu = min(self.mtu, int(peer.get("mtu", self.mtu)))
             lid = int(peer.get("lid", 0))
         except (KeyError, TypeError, ValueError) as exc:
-            raise SanError(WSAEINVAL, f"bad peer info {peer!r}: {exc}") from None
+            raise SanError(WsaError.WSAEINVAL, f"bad peer info {peer!r}: {exc}") from None
         try:
             gid = GID(_gid_text(gid_hex))
             is_global = 1 if int(gid_hex.replace(":", ""), 16) else 0
@@ -378,7 +366,7 @@ class VerbsProcess:
         except SanError:
             raise
         except Exception as exc:
-            raise SanError(WSAEINVAL, f"cannot connect socket {sock.id} to {peer!r}: {exc}") from None
+            raise SanError(WsaError.WSAEINVAL, f"cannot connect socket {sock.id} to {peer!r}: {exc}") from None
         sock.peer = dict(peer)
         sock.state = "connected"
 
@@ -389,7 +377,7 @@ class VerbsProcess:
         self._refresh(sock)
         return sock.state
 
-    def socket_peer_closed(self, socket: int, status: int = STATUS_CONNECTION_RESET) -> None:
+    def socket_peer_closed(self, socket: int, status: int = Status.CONNECTION_RESET.value) -> None:
         """The controller relays that the peer closed or died: the connection is gone for this end.
 
         The QP goes to ERR; its pending operations complete with ``status`` (CONNECTION_RESET, as
@@ -406,7 +394,7 @@ class VerbsProcess:
     def _socket(self, socket: Any) -> Socket:
         sock = self._sockets.get(socket) if is_int(socket) else None
         if sock is None:
-            raise SanError(WSAENOTSOCK, f"{socket!r} is not an open socket of pid {self.pid}")
+            raise SanError(WsaError.WSAENOTSOCK, f"{socket!r} is not an open socket of pid {self.pid}")
         return sock
 
     def _refresh(self, sock: Socket) -> None:
@@ -424,7 +412,7 @@ class VerbsProcess:
         sock = self._socket(socket)
         self._refresh(sock)
         if sock.state != "connected":
-            raise SanError(WSAENOTCONN, f"socket {sock.id} is {sock.state}, not connected")
+            raise SanError(WsaError.WSAENOTCONN, f"socket {sock.id} is {sock.state}, not connected")
         return sock
 
     def _to_error(self, sock: Socket) -> None:
@@ -435,15 +423,15 @@ class VerbsProcess:
 
     def _check_register(self, sock: Socket, address: int, length: int, access: int) -> None:
         if not is_int(access) or access not in VALID_ACCESS:
-            raise SanError(WSAEINVAL, f"access flags {access!r} are not READ, WRITE or READWRITE")
+            raise SanError(WsaError.WSAEINVAL, f"access flags {access!r} are not READ, WRITE or READWRITE")
         if not is_int(address) or not is_int(length) or length < 0:
-            raise SanError(WSAEINVAL, f"a buffer's address and length are integers, the length not negative: "
+            raise SanError(WsaError.WSAEINVAL, f"a buffer's address and length are integers, the length not negative: "
                            f"got {address!r}, {length!r}")
         self._refresh(sock)
         if sock.state != "connected":
-            raise SanError(WSAENOTCONN, f"socket {sock.id} is {sock.state}, not connected")
+            raise SanError(WsaError.WSAENOTCONN, f"socket {sock.id} is {sock.state}, not connected")
         if self._mapping_of(address, length) is None:
-            raise SanError(WSAEFAULT, f"{length!r} bytes at {address!r} are not wholly inside "
+            raise SanError(WsaError.WSAEFAULT, f"{length!r} bytes at {address!r} are not wholly inside "
                            f"the address space of pid {self.pid}")
 
     def register_memory(self, socket: int, address: int, length: int, access: int) -> int:
@@ -454,11 +442,11 @@ class VerbsProcess:
         if reg is not None:
             reg.refs += 1  # R13: the same handle, reference counted
             return reg.key
-        flags = 0 if access == ACCESS_READ else e.IBV_ACCESS_LOCAL_WRITE
+        flags = 0 if access == Access.READ else e.IBV_ACCESS_LOCAL_WRITE
         try:
             mr = MR(self.pd, length, flags, address=address)
         except Exception as exc:
-            raise SanError(WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
+            raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
         reg = Registration("memory", int(mr.lkey), address, length, access, mr, None)
         sock.handles[reg.key] = reg
         sock.by_range[key] = reg
@@ -468,16 +456,16 @@ class VerbsProcess:
         sock = self._socket(socket)
         reg = sock.handles.get(handle) if is_int(handle) else None
         if reg is None:
-            raise SanError(WSAEINVAL, f"handle {handle!r} is not registered on socket {sock.id}")
+            raise SanError(WsaError.WSAEINVAL, f"handle {handle!r} is not registered on socket {sock.id}")
         self._release(sock, reg)
 
     def register_rdma_memory(self, socket: int, address: int, length: int, access: int,
                              descriptor_size: int | None = None) -> bytes:
         sock = self._socket(socket)
         if descriptor_size is not None and not is_int(descriptor_size):
-            raise SanError(WSAEINVAL, f"descriptor_size is an integer or None, got {descriptor_size!r}")
+            raise SanError(WsaError.WSAEINVAL, f"descriptor_size is an integer or None, got {descriptor_size!r}")
         if descriptor_size is not None and descriptor_size < DESCRIPTOR_SIZE:
-            raise SanError(WSAEFAULT, f"a descriptor needs {DESCRIPTOR_SIZE} bytes, {descriptor_size} offered",
+            raise SanError(WsaError.WSAEFAULT, f"a descriptor needs {DESCRIPTOR_SIZE} bytes, {descriptor_size} offered",
                            required_size=DESCRIPTOR_SIZE)
         self._check_register(sock, address, length, access)
         key = ("rdma", address, length, access)
@@ -485,8 +473,8 @@ class VerbsProcess:
         if reg is not None:
             reg.refs += 1
             return DESCRIPTOR.pack(reg.address, reg.length, reg.key)
-        remote = (e.IBV_ACCESS_REMOTE_READ if access & ACCESS_READ else 0) | \
-                 (e.IBV_ACCESS_REMOTE_WRITE if access & ACCESS_WRITE else 0)
+        remote = (e.IBV_ACCESS_REMOTE_READ if access & Access.READ else 0) | \
+                 (e.IBV_ACCESS_REMOTE_WRITE if access & Access.WRITE else 0)
         if self.mw_mode == "mr":
             reg = self._register_rdma_mr(address, length, access, remote)
         else:
@@ -500,7 +488,7 @@ class VerbsProcess:
         try:
             mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | remote, address=address)
         except Exception as exc:
-            raise SanError(WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
+            raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
         return Registration("rdma", int(mr.rkey), address, length, access, mr, None)
 
     def _register_rdma_window(self, sock: Socket, address: int, length: int, access: int,
@@ -508,44 +496,45 @@ class VerbsProcess:
         try:
             mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND, address=address)
         except Exception as exc:
-            raise SanError(WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
+            raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
         try:
             mw = MW(self.pd, e.IBV_MW_TYPE_2)
         except Exception as exc:
             self._close_verbs(mr)
-            raise SanError(WSAENOBUFS, f"ibv_alloc_mw(TYPE_2) failed: {exc}") from None
+            raise SanError(WsaError.WSAENOBUFS, f"ibv_alloc_mw(TYPE_2) failed: {exc}") from None
         wr = SendWR(wr_id=self._internal_id(), opcode=e.IBV_WR_BIND_MW, num_sge=0, send_flags=e.IBV_SEND_SIGNALED)
         # set_bind_wr puts inc_rkey(mw.rkey) into bind_mw.rkey: that new key (wr.rkey) is the window's
         # rkey once bound; pyverbs' MW.rkey keeps showing the key from ibv_alloc_mw.
         wr.set_bind_wr(mw, MWBindInfo(mr, address, length, remote))
         rkey = int(wr.rkey)
         status = self._run_internal(sock, wr)
-        if status is not None and status != STATUS_SUCCESS:
+        if status is not None and status != Status.SUCCESS.value:
             self._close_verbs(mw)
             self._close_verbs(mr)
             self._refresh(sock)
             if sock.state != "connected":
-                raise SanError(WSAENOTCONN, f"socket {sock.id} went to {sock.state} while binding "
+                raise SanError(WsaError.WSAENOTCONN, f"socket {sock.id} went to {sock.state} while binding "
                                f"a window (wc status {status})")
-            raise SanError(WSAENOBUFS, f"binding a type-2 window failed with wc status {status}")
+            raise SanError(WsaError.WSAENOBUFS, f"binding a type-2 window failed with wc status {status}")
         return Registration("rdma", rkey, address, length, access, mr, mw)
 
     def _window_of(self, sock: Socket, descriptor: Any) -> Registration | None:
         if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
-            raise SanError(WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
+            raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
         return sock.windows.get(DESCRIPTOR.unpack(bytes(descriptor))[2])
 
     def deregister_rdma_memory(self, socket: int, descriptor: bytes) -> None:
         sock = self._socket(socket)
         reg = self._window_of(sock, descriptor)
         if reg is None:
-            raise SanError(WSAEINVAL, f"descriptor {bytes(descriptor).hex()} is not registered on socket {sock.id}")
+            raise SanError(WsaError.WSAEINVAL,
+                           f"descriptor {bytes(descriptor).hex()} is not registered on socket {sock.id}")
         self._release(sock, reg)
 
     def _release(self, sock: Socket, reg: Registration, force: bool = False) -> None:
         if not force:
             if reg.in_use:
-                raise SanError(WSAEINVAL, f"{reg!r} is in use by {reg.in_use} pending operation(s)")
+                raise SanError(WsaError.WSAEINVAL, f"{reg!r} is in use by {reg.in_use} pending operation(s)")
             reg.refs -= 1
             if reg.refs:
                 return
@@ -600,12 +589,12 @@ class VerbsProcess:
     def getsockopt(self, socket: int, option: int) -> int:
         self._socket(socket)
         if not is_int(option):  # 28685.0 == SO_MAX_RDMA_SIZE, but it is no option
-            raise SanError(WSAEINVAL, f"unknown socket option {option!r:.80}")
+            raise SanError(WsaError.WSAEINVAL, f"unknown socket option {option!r:.80}")
         if option == SO_MAX_RDMA_SIZE:
             return min(MAX_RDMA_SIZE, self.max_msg_sz) if self.max_msg_sz else MAX_RDMA_SIZE
         if option == SO_RDMA_THRESHOLD_SIZE:
             return RDMA_THRESHOLD
-        raise SanError(WSAEINVAL, f"unknown socket option {option!r}")
+        raise SanError(WsaError.WSAEINVAL, f"unknown socket option {option!r}")
 
     @staticmethod
     def supports_rdma_read() -> bool:
@@ -616,18 +605,19 @@ class VerbsProcess:
     def _post_checks(self, socket: int, buffers: Sequence[Sequence[int]], kind: str) -> Socket:
         sock = self._connected(socket)
         if not isinstance(buffers, (list, tuple)):
-            raise SanError(WSAEINVAL, f"the buffers are a list of [address, length, handle], got {buffers!r:.80}")
+            raise SanError(WsaError.WSAEINVAL,
+                           f"the buffers are a list of [address, length, handle], got {buffers!r:.80}")
         if len(buffers) > self.max_sge:
-            raise SanError(WSAEINVAL, f"{len(buffers)} buffers, at most {self.max_sge}")
+            raise SanError(WsaError.WSAEINVAL, f"{len(buffers)} buffers, at most {self.max_sge}")
         queued = len(sock.recv_ops) if kind == "recv" else self._send_queue_used(sock)
         if queued >= QUEUE_DEPTH:
-            raise SanError(WSAENETDOWN, f"{kind} queue of socket {sock.id} is full ({QUEUE_DEPTH})")
+            raise SanError(WsaError.WSAENETDOWN, f"{kind} queue of socket {sock.id} is full ({QUEUE_DEPTH})")
         for item in buffers:
             # A handle of the wrong type is only an unknown handle: refused like one, by _gather (as the emulator).
             if not isinstance(item, (list, tuple)) or len(item) != 3 or not (is_int(item[0]) and is_int(item[1])):
-                raise SanError(WSAEINVAL, f"a buffer is [address, length, handle], got {item!r:.80}")
+                raise SanError(WsaError.WSAEINVAL, f"a buffer is [address, length, handle], got {item!r:.80}")
             if item[1] < 0:
-                raise SanError(WSAEINVAL, f"a buffer of negative length {item[1]} at {item[0]:#x}")
+                raise SanError(WsaError.WSAEINVAL, f"a buffer of negative length {item[1]} at {item[0]:#x}")
         return sock
 
     def _send_queue_used(self, sock: Socket) -> int:
@@ -693,7 +683,7 @@ class VerbsProcess:
         (sock.recv_ops if kind == "recv" else sock.send_ops).add(op.id)
         return op
 
-    def _refuse(self, op: Operation, status: int = STATUS_LOCAL_PROTECTION) -> int:
+    def _refuse(self, op: Operation, status: int = Status.LOCAL_PROTECTION.value) -> int:
         """The provider refuses the operation (LOCAL_PROTECTION: its local buffers), and the connection
         breaks as on verbs."""
         self._finish(op, status, 0)
@@ -706,7 +696,7 @@ class VerbsProcess:
             op.sock.qp.post_send(wr)
         except Exception as exc:
             self._unpost(op)
-            raise SanError(WSAENETDOWN, f"ibv_post_send on socket {op.sock.id} failed: {exc}") from None
+            raise SanError(WsaError.WSAENETDOWN, f"ibv_post_send on socket {op.sock.id} failed: {exc}") from None
         return op.id
 
     def _unpost(self, op: Operation) -> None:
@@ -737,31 +727,31 @@ class VerbsProcess:
         if burst is not None:
             for name, value in (("count", burst[0]), ("depth", burst[1])):
                 if type(value) is not int or value < 1:
-                    raise SanError(WSAEINVAL, f"a burst's {name} is an integer >= 1, got {value!r}")
+                    raise SanError(WsaError.WSAEINVAL, f"a burst's {name} is an integer >= 1, got {value!r}")
         sock = self._post_checks(socket, buffers, kind)
         if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
-            raise SanError(WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
+            raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
         if not is_int(offset):
-            raise SanError(WSAEINVAL, f"offset {offset!r} is not an integer")
+            raise SanError(WsaError.WSAEINVAL, f"offset {offset!r} is not an integer")
         address, window_length, rkey = DESCRIPTOR.unpack(bytes(descriptor))
         op = self._new_op(sock, kind)
         # Local side: an RdmaWrite source must be readable (R7), an RdmaRead sink writable (R6).
-        sges = self._gather(sock, op, buffers, ACCESS_READ if kind == "rdma_write" else ACCESS_WRITE)
+        sges = self._gather(sock, op, buffers, Access.READ if kind == "rdma_write" else Access.WRITE)
         if sges is None:
             return self._refuse(op)
         if not 0 <= address + offset <= U64 - op.nbytes:
             # No remote address the NIC could be given: wrapped modulo 2**64 it would name bytes inside the
             # window (offset 2**64 read the window's start). Past any window: what the responder answers.
-            return self._refuse(op, STATUS_ACCESS_VIOLATION)
+            return self._refuse(op, Status.ACCESS_VIOLATION.value)
         if op.nbytes == 0:
             # Nothing to move: rxe (kernel 6.1) never completes a zero-length RDMA READ, and the IB spec lets
             # a NIC skip the rkey check of a zero-length transfer. Completed here, checked against the
             # window's range as the descriptor states it (whether it is still registered, and its access,
             # only the peer's NIC knows: a documented alternative).
             if 0 <= offset <= window_length:
-                self._finish(op, STATUS_SUCCESS, 0)
+                self._finish(op, Status.SUCCESS.value, 0)
                 return op.id
-            return self._refuse(op, STATUS_ACCESS_VIOLATION)
+            return self._refuse(op, Status.ACCESS_VIOLATION.value)
         opcode = e.IBV_WR_RDMA_WRITE if kind == "rdma_write" else e.IBV_WR_RDMA_READ
         wr = SendWR(wr_id=op.id, opcode=opcode, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
         # The responder's NIC checks the window: its QP (R2), validity (R3), access (R6/R7), bounds (R8).
@@ -792,12 +782,12 @@ class VerbsProcess:
         if burst.in_flight == 0 and burst.error is None and burst.posted < burst.count:
             burst.error = op.sock.flush_status  # the socket left "connected" between two completions
         if burst.in_flight == 0 and (burst.error is not None or burst.posted == burst.count):
-            self._finish(op, STATUS_SUCCESS if burst.error is None else burst.error, burst.ok_bytes)
+            self._finish(op, Status.SUCCESS.value if burst.error is None else burst.error, burst.ok_bytes)
 
     def send(self, socket: int, buffers: Sequence[Sequence[int]]) -> int:
         sock = self._post_checks(socket, buffers, "send")
         op = self._new_op(sock, "send")
-        sges = self._gather(sock, op, buffers, ACCESS_READ)  # R7: a WRITE-only handle is no send source
+        sges = self._gather(sock, op, buffers, Access.READ)  # R7: a WRITE-only handle is no send source
         if sges is None:
             return self._refuse(op)
         wr = SendWR(wr_id=op.id, opcode=e.IBV_WR_SEND, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
@@ -806,7 +796,7 @@ class VerbsProcess:
     def recv(self, socket: int, buffers: Sequence[Sequence[int]]) -> int:
         sock = self._post_checks(socket, buffers, "recv")
         op = self._new_op(sock, "recv")
-        sges = self._gather(sock, op, buffers, ACCESS_WRITE)  # R6: a READ-only handle is no receive buffer
+        sges = self._gather(sock, op, buffers, Access.WRITE)  # R6: a READ-only handle is no receive buffer
         if sges is None:
             return self._refuse(op)
         wr = RecvWR(wr_id=op.id, num_sge=len(sges), sg=sges)
@@ -814,7 +804,7 @@ class VerbsProcess:
             sock.qp.post_recv(wr)
         except Exception as exc:
             self._unpost(op)
-            raise SanError(WSAENETDOWN, f"ibv_post_recv on socket {sock.id} failed: {exc}") from None
+            raise SanError(WsaError.WSAENETDOWN, f"ibv_post_recv on socket {sock.id} failed: {exc}") from None
         return op.id
 
     # -- completions ----------------------------------------------------------------------------
@@ -847,7 +837,7 @@ class VerbsProcess:
             return
         op.wc_status = wc_status
         if wc_status == e.IBV_WC_SUCCESS:
-            self._finish(op, STATUS_SUCCESS, byte_len if op.kind == "recv" else op.nbytes)
+            self._finish(op, Status.SUCCESS.value, byte_len if op.kind == "recv" else op.nbytes)
             return
         self._finish(op, self._error_status(op.sock, wc_status), 0)
 
@@ -856,7 +846,7 @@ class VerbsProcess:
         """The contract's status for an error completion; the socket goes to error, as its QP has."""
         if sock.state == "connected":
             sock.state = "error"  # every error completion leaves the QP in ERR
-        return sock.flush_status if wc_status == e.IBV_WC_WR_FLUSH_ERR else status_from_wc(wc_status)
+        return sock.flush_status if wc_status == e.IBV_WC_WR_FLUSH_ERR else Status.from_verbs(wc_status).value
 
     def _on_burst_completion(self, op: Operation, wc_status: int) -> None:
         burst = op.burst
@@ -883,7 +873,7 @@ class VerbsProcess:
     def _op(self, op_id: int) -> Operation:
         op = self._ops.get(op_id) if is_int(op_id) else None
         if op is None:
-            raise SanError(WSAEINVAL, f"no operation {op_id!r} in pid {self.pid}")
+            raise SanError(WsaError.WSAEINVAL, f"no operation {op_id!r} in pid {self.pid}")
         return op
 
     def op_done(self, op_id: int) -> bool:
@@ -924,7 +914,7 @@ class VerbsProcess:
         try:
             sock.qp.post_send(wr)
         except Exception as exc:
-            raise SanError(WSAENETDOWN, f"ibv_post_send of an engine request on socket {sock.id} "
+            raise SanError(WsaError.WSAENETDOWN, f"ibv_post_send of an engine request on socket {sock.id} "
                            f"failed: {exc}") from None
         sock.internal.add(wr_id)
         behind = bool(sock.send_ops)
@@ -979,7 +969,7 @@ class VerbsProcess:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise SanError(WSAENOTSOCK, f"pid {self.pid} has shut down")
+            raise SanError(WsaError.WSAENOTSOCK, f"pid {self.pid} has shut down")
 
     def close(self) -> None:
         """Release everything explicitly (the kernel would when the process dies)."""
@@ -1013,4 +1003,4 @@ def _gid_text(hex32: str) -> str:
     return ":".join(digits[i:i + 4] for i in range(0, 32, 4))
 
 
-__all__ = ["WSAEOPNOTSUPP", "SanError", "VerbsProcess"]
+__all__ = ["SanError", "VerbsProcess", "WsaError"]
