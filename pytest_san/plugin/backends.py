@@ -27,7 +27,9 @@ def load_backend_plugin(config: pytest.Config, name: str) -> None:
         return
     try:
         config.pluginmanager.import_plugin(ep.module)
-    except ImportError as exc:
+    except Exception as exc:  # pytest wraps the ImportError (PluginImportFailure in pytest 9)
+        cause = exc.__cause__ or exc
+        why = str(cause) if isinstance(cause, ImportError) else f"{type(cause).__name__}: {cause}"
         dist = f" (from {ep.dist.name})" if ep.dist is not None else ""
         raise pytest.UsageError(f"--san-backend={name}: its plugin {ep.module}{dist} cannot be imported: "
-                                f"{exc}") from None
+                                f"{why}") from None
