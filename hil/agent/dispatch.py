@@ -1,64 +1,29 @@
-"""Requests to engine objects: which methods each kind of object answers, and how values travel.
+"""Requests to engine objects: the agent's side of the controller <-> agent protocol.
 
-An engine (emulator or verbs) hands out objects that follow pytest_san's protocols; this module
-is the only place that knows how they map onto the wire. Python 3.9 compatible, standard library.
+An engine (emulator or verbs) hands out objects that follow pytest_san's protocols. The methods each
+kind answers are ``hil.rpc.methods.OBJECTS``; values travel by ``hil.rpc.codec``, with
+:class:`EngineCodec` naming the engine's objects; errors by ``hil.rpc.errors``. Python 3.9 compatible,
+standard library (+ pytest_san's types, pushed with the agent).
 """
 
 from __future__ import annotations
 
+import enum
 import json
-import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hil.rpc import framing as wire
+from hil.rpc.codec import Codec, ForeignInt, Opaque, object_id
+from hil.rpc.errors import ProtocolError, describe
+from hil.rpc.methods import OBJECTS
+from pytest_san.types import DeviceDescription
 
-# The methods each kind of remote object answers: the protocol's surface, nothing more.
-METHODS = {
-    "engine": {"hello", "connect_local", "socket_create", "socket_connect", "peer_closed", "leaks", "reset",
-               "faults"},
-    "node": {"spawn_process", "default_process"},
-    "process": {"alloc", "read", "write", "buffer_read", "buffer_write", "kill", "alive"},
-    "provider": {"register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
-                 "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
-                 "getsockopt", "registrations", "supports_rdma_read"},
-    "proxy": {"device_flags", "nolowmem", "set_nolowmem", "allocate", "free", "allocate_contiguous",
-              "free_contiguous", "get_dma_adapter", "put_dma_adapter", "live_allocations"},
-    "adapter": {"allocate_common_buffer", "free_common_buffer", "dma32"},
-    "socket": {"state"},
-    "operation": {"done", "wait"},
-    "allocation": {"info"},
-}
+if TYPE_CHECKING:
+    from hil.rpc.codec import Encoded
 
-
-class ProtocolError(Exception):
-    """A request line that is not a well-formed request: answered with an error, never fatal."""
-
-
-class Opaque:
-    """An argument the controller could not send as itself (an object of its own process, another
-    host's object): to the engine, an object it knows nothing of, as it would be in-process."""
-
-    def __init__(self, shown: str) -> None:
-        self._shown = shown
-
-    def __repr__(self) -> str:
-        return self._shown
-
-
-class ForeignInt(int):
-    """An int subclass (an enum of another type, say) sent as an argument: still an int, not an ``int``."""
-
-    _shown = ""
-
-    @classmethod
-    def make(cls, value: int, shown: str) -> ForeignInt:
-        number = cls(value)
-        number._shown = shown
-        return number
-
-    def __repr__(self) -> str:
-        return self._shown or int.__repr__(self)
+__all__ = ["Dispatcher", "EngineCodec", "ForeignInt", "ForeignProcess", "Opaque", "ProtocolError", "RawBuffer",
+           "Registry"]
 
 
 class ForeignProcess:
@@ -80,7 +45,7 @@ class ForeignProcess:
 class RawBuffer:
     """A buffer as the controller described it (process, address, length), fields unchecked."""
 
-    def __init__(self, process: Any, address: Any, length: Any) -> None:
+    def __init__(self, process: object, address: object, length: object) -> None:
         self.process = process
         self.address = address
         self.length = length
@@ -92,23 +57,29 @@ class RawBuffer:
 class Registry:
     """Object ids for everything the controller holds a reference to."""
 
-    def __init__(self, kind_of: Callable[[Any], str]) -> None:
-        self._kind_of = kind_of
-        self._objects: dict[int, Any] = {}
+    def __init__(self, kind_of: Callable[[object], str]) -> None:
+        self.kind_of = kind_of
+        self._objects: dict[int, object] = {}
         self._ids: dict[int, int] = {}
         self._next = 1
         self.pinned: set[int] = set()  # survive reset (engine, nodes, providers, proxies)
 
-    def ref(self, obj: Any) -> dict[str, Any]:
+    def ref(self, obj: object) -> dict[str, Encoded]:
         oid = self._ids.get(id(obj))
         if oid is None:
             oid = self._next
             self._next += 1
             self._objects[oid] = obj
             self._ids[id(obj)] = oid
-        return {"$o": oid, "type": self._kind_of(obj)}
+        return {"$o": oid, "type": self.kind_of(obj)}
+
+    def pin(self, obj: object) -> None:
+        """``obj`` keeps its id across resets (engine, nodes, providers, proxies)."""
+        self.ref(obj)
+        self.pinned.add(self._ids[id(obj)])
 
     def get(self, oid: int) -> Any:
+        """The object of ``oid``: an engine object, whatever its kind."""
         try:
             return self._objects[oid]
         except KeyError:
@@ -119,45 +90,56 @@ class Registry:
             del self._ids[id(self._objects.pop(oid))]
 
 
+class EngineCodec(Codec):
+    """The agent's side of the codec: an engine's objects go out as references (and its completions,
+    registrations and buffers as plain values), references come back as the objects they name."""
+
+    description = DeviceDescription
+
+    def __init__(self, registry: Registry, resolve_buffer: Callable[[Any, int, int], object]) -> None:
+        self.registry = registry
+        self._resolve_buffer = resolve_buffer
+
+    def own(self, value: Any) -> Encoded:
+        if isinstance(value, enum.Enum):
+            return int(value) if isinstance(value, int) else self.encode(value.value)
+        if isinstance(value, int):
+            return int(value)  # an engine's int subclass: an int to the controller
+        if hasattr(value, "status") and hasattr(value, "bytes"):
+            return {"status": value.status.value, "bytes": value.bytes}
+        if hasattr(value, "process") and hasattr(value, "address") and hasattr(value, "length"):
+            return {"$buf": [self.registry.ref(value.process)["$o"], value.address, value.length]}
+        if hasattr(value, "refs") and hasattr(value, "kind"):
+            return {"kind": value.kind, "address": value.address, "length": value.length,
+                    "access": int(value.access), "refs": value.refs}
+        if self.registry.kind_of(value) in OBJECTS:
+            return self.registry.ref(value)
+        return None
+
+    def opaque(self, value: object) -> Encoded:
+        return str(value)
+
+    def resolve(self, oid: int) -> object:
+        return self.registry.get(oid)
+
+    def owner(self, owner: object, *, foreign: bool) -> object:
+        if foreign:  # memory of a process on another host
+            return ForeignProcess(str(owner))
+        return self.registry.get(object_id(owner))
+
+    def buffer(self, process: object, address: object, length: object) -> object:
+        if type(address) is int and type(length) is int:
+            return self._resolve_buffer(process, address, length)
+        return RawBuffer(process, address, length)  # for the engine to refuse, in its own order
+
+
 class Dispatcher:
     """Turns one request into one reply."""
 
-    def __init__(self, registry: Registry, resolve_buffer: Callable[[Any, int, int], Any],
-                 encode_result: Callable[[Any], Any],
-                 handlers: dict[tuple[str, str], Callable[..., Any]]) -> None:
-        self.registry = registry
-        self._resolve_buffer = resolve_buffer
-        self._encode_result = encode_result
+    def __init__(self, codec: EngineCodec, handlers: dict[tuple[str, str], Callable[..., object]]) -> None:
+        self.codec = codec
+        self.registry = codec.registry
         self._handlers = handlers  # (kind, method) answered by a function instead of an attribute
-
-    def _arg(self, value: Any) -> Any:
-        if isinstance(value, dict):
-            if "$o" in value:
-                return self.registry.get(_object_id(value["$o"]))
-            if "$buf" in value or "$fbuf" in value:
-                ref = value.get("$buf", value.get("$fbuf"))
-                if not isinstance(ref, list) or len(ref) != 3:
-                    raise ProtocolError(f"a buffer reference is [process, address, length], got {ref!r:.80}")
-                owner, address, length = ref
-                if "$fbuf" in value:  # memory of a process on another host
-                    process: Any = ForeignProcess(str(owner))
-                else:
-                    process = self.registry.get(_object_id(owner))
-                address, length = self._arg(address), self._arg(length)
-                if type(address) is int and type(length) is int:
-                    return self._resolve_buffer(process, address, length)
-                return RawBuffer(process, address, length)  # for the engine to refuse, in its own order
-            if "$x" in value:
-                return Opaque(str(value["$x"]))
-            if "$i" in value:
-                ref = value["$i"]
-                if not isinstance(ref, list) or len(ref) != 2 or type(ref[0]) is not int:
-                    raise ProtocolError(f"an int subclass is [value, repr], got {ref!r:.80}")
-                return ForeignInt.make(ref[0], str(ref[1]))
-            return {k: self._arg(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._arg(v) for v in value]
-        return value
 
     def handle_line(self, line: bytes) -> bytes:
         """One request line -> one reply line. Whatever is wrong with the line, the answer is an error
@@ -166,26 +148,26 @@ class Dispatcher:
         try:
             request = wire.decode(line)
         except Exception as exc:  # not JSON, not an object, bad base64, nested too deep
-            reply: dict[str, Any] = {"id": _readable_id(line), "error": describe(
-                ProtocolError(f"not a request ({type(exc).__name__}: {exc}): {line[:200]!r}"))}
+            reply: dict[str, object] = {"id": _readable_id(line), "error": describe(
+                ProtocolError(f"not a request ({type(exc).__name__}: {exc}): {line[:200]!r}"), with_traceback=True)}
         else:
             reply = self.handle(request)
         try:
             return wire.encode(reply)
         except Exception as exc:  # a result JSON cannot carry: say so rather than die
-            return wire.encode({"id": _readable_id(line), "error": describe(exc)})
+            return wire.encode({"id": _readable_id(line), "error": describe(exc, with_traceback=True)})
 
-    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle(self, request: dict[str, Any]) -> dict[str, object]:
         rid = request.get("id")
         try:
             obj, method, args = request.get("obj"), request.get("method"), request.get("args", [])
             if not isinstance(method, str) or not isinstance(args, list):
                 raise ProtocolError(f"a request is {{id, obj, method, args: [...]}}, got {request!r:.200}")
-            target = self.registry.get(_object_id(obj))
-            kind = self.registry.ref(target)["type"]
-            if method not in METHODS.get(kind, ()):
+            target = self.registry.get(object_id(obj))
+            kind = self.registry.kind_of(target)
+            if method not in OBJECTS.get(kind, ()):
                 raise LookupError(f"a {kind} has no method {method!r}")
-            args = [self._arg(a) for a in args]
+            args = self.codec.decode(args)
             handler = self._handlers.get((kind, method))
             if handler is not None:
                 result = handler(target, *args)
@@ -195,33 +177,15 @@ class Dispatcher:
                     result = result(*args)
             if (kind, method) == ("engine", "reset"):
                 self.registry.forget_unpinned()  # the controller forgets them too
-            return {"id": rid, "result": self._encode_result(result)}
+            return {"id": rid, "result": self.codec.encode(result)}
         except Exception as exc:  # every failure goes back to the controller, named
-            return {"id": rid, "error": describe(exc)}
+            return {"id": rid, "error": describe(exc, with_traceback=True)}
 
 
-def _object_id(value: Any) -> int:
-    if type(value) is not int:  # not True, which would be object 1
-        raise ProtocolError(f"an object id is an int, got {value!r:.80}")
-    return value
-
-
-def _readable_id(line: bytes) -> Any:
+def _readable_id(line: bytes) -> int | str | None:
     """The id of a request that could not be read as a whole, if it has a plain one; else None."""
     try:
         rid = json.loads(line).get("id")
     except Exception:  # not JSON, or not an object
         return None
     return rid if isinstance(rid, (int, str)) else None
-
-
-def describe(exc: BaseException) -> dict[str, Any]:
-    code = getattr(exc, "code", None)
-    error: dict[str, Any] = {"kind": type(exc).__name__, "message": str(exc)}
-    if code is not None and type(exc).__name__ == "SanError":
-        error["code"] = int(code)
-        error["required_size"] = getattr(exc, "required_size", None)
-        error["message"] = exc.args[0] if exc.args else str(exc)
-    elif type(exc).__name__ not in ("ValueError", "TimeoutError", "LookupError", "TypeError", "ProtocolError"):
-        error["traceback"] = traceback.format_exc(limit=8)
-    return error

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
-from hil.agent.dispatch import METHODS, Dispatcher, Registry
+from hil.agent.dispatch import Dispatcher, EngineCodec, Registry
 from hil.rpc import framing as wire
 
 # What is pushed to a host: the agent and the parts of pytest_san the emulator engine runs.
@@ -29,7 +27,19 @@ def agent_files(root: Path) -> Iterator[tuple[str, bytes]]:
             yield path.relative_to(root).as_posix(), path.read_bytes()
 
 
-def make_engine(name: str, host: str, options: dict[str, Any]) -> Any:
+class Engine(Protocol):
+    """What the agent needs of an engine besides the objects it hands out (emulator.py, verbs/engine.py)."""
+
+    @property
+    def faults(self) -> Any: ...  # the emulator's faults, or None: arbitrary to the agent
+    def hello(self) -> dict[str, Any]: ...
+    def pinned(self) -> list[Any]: ...
+    def resolve_buffer(self, process: Any, address: int, length: int) -> object: ...
+    def socket_state(self, sock: Any) -> list[bool]: ...
+    def close(self) -> None: ...
+
+
+def make_engine(name: str, host: str, options: dict[str, Any]) -> Engine:
     if name == "emulator":
         from hil.agent.engines.emulator import EmulatorEngine
 
@@ -39,11 +49,12 @@ def make_engine(name: str, host: str, options: dict[str, Any]) -> Any:
     return VerbsEngine(host, **options)
 
 
-def _handlers(engine: Any) -> dict[tuple[str, str], Any]:
+def _handlers(engine: Engine) -> dict[tuple[str, str], Callable[..., object]]:
+    """(kind, method) -> what answers it, where an attribute of the object does not. The objects are the
+    engine's (of whichever engine): arbitrary here."""
     from pytest_san import burst
-    from pytest_san.types import DeviceDescription
 
-    def fault(_engine: Any, name: str, *args: Any) -> Any:
+    def fault(_engine: object, name: str, *args: Any) -> object:
         if name not in ("fail_allocations", "drop_link", "restore_link", "hold", "release"):
             raise LookupError(f"no fault named {name!r}")
         return getattr(engine.faults, name)(*args)
@@ -54,23 +65,14 @@ def _handlers(engine: Any) -> dict[tuple[str, str], Any]:
         else:
             proxy.nolowmem = value
 
-    def get_dma_adapter(proxy: Any, description: Any) -> Any:
-        if type(description) is dict and set(description) == {"$dd"}:  # a DeviceDescription, field by field
-            fields = description["$dd"]
-            known = {f.name for f in dataclasses.fields(DeviceDescription)}
-            if type(fields) is not dict or not set(fields) <= known:
-                raise TypeError(f"not the fields of a DeviceDescription: {fields!r:.80}")
-            description = DeviceDescription(**fields)
-        return proxy.get_dma_adapter(description)  # anything else: for the proxy to refuse
-
-    def buffer_read(process: Any, address: Any, length: Any, n: Any, offset: Any) -> Any:
+    def buffer_read(process: Any, address: int, length: int, n: Any, offset: Any) -> object:
         """A buffer's read, checked as the engine checks its own buffers (the whole range mapped)."""
         buffer = engine.resolve_buffer(process, address, length)
         if hasattr(buffer, "read"):
             return buffer.read(n, offset)
         return process.read(address + offset, n)  # an engine whose buffers are only names
 
-    def buffer_write(process: Any, address: Any, length: Any, data: Any, offset: Any) -> Any:
+    def buffer_write(process: Any, address: int, length: int, data: Any, offset: Any) -> object:
         buffer = engine.resolve_buffer(process, address, length)
         if hasattr(buffer, "write"):
             return buffer.write(data, offset)
@@ -80,7 +82,6 @@ def _handlers(engine: Any) -> dict[tuple[str, str], Any]:
         ("process", "buffer_read"): buffer_read,
         ("process", "buffer_write"): buffer_write,
         ("proxy", "set_nolowmem"): set_nolowmem,
-        ("proxy", "get_dma_adapter"): get_dma_adapter,
         ("socket", "state"): engine.socket_state,
         ("allocation", "info"): lambda a: [a.length, [list(r) for r in a.physical_runs]],
         ("engine", "faults"): fault,
@@ -92,43 +93,17 @@ def _handlers(engine: Any) -> dict[tuple[str, str], Any]:
     }
 
 
-class _Encoder:
-    def __init__(self, registry: Registry, kind_of: Any) -> None:
-        self._registry = registry
-        self._kind_of = kind_of
-
-    def __call__(self, value: Any) -> Any:
-        if value is None or isinstance(value, (bool, int, float, str, bytes)):
-            return int(value) if isinstance(value, enum.Enum) else value
-        if isinstance(value, enum.Enum):
-            return value.value
-        if isinstance(value, (list, tuple)):
-            return [self(v) for v in value]
-        if isinstance(value, dict):
-            return {k: self(v) for k, v in value.items()}
-        if hasattr(value, "status") and hasattr(value, "bytes"):
-            return {"status": value.status.value, "bytes": value.bytes}
-        if hasattr(value, "process") and hasattr(value, "address") and hasattr(value, "length"):
-            return {"$buf": [self._registry.ref(value.process)["$o"], value.address, value.length]}
-        if hasattr(value, "refs") and hasattr(value, "kind"):
-            return {"kind": value.kind, "address": value.address, "length": value.length,
-                    "access": int(value.access), "refs": value.refs}
-        if self._kind_of(value) in METHODS:
-            return self._registry.ref(value)
-        return str(value)
-
-
 def serve(engine_name: str, host: str, options: str, content_hash: str, stdin: BinaryIO,
           stdout: BinaryIO) -> int:
     engine = make_engine(engine_name, host, json.loads(options))
-    kind_of = engine.kind_of if hasattr(engine, "kind_of") else _emulator_kind_of()
+    kind_of: Callable[[object], str] = engine.kind_of if hasattr(engine, "kind_of") else _emulator_kind_of()
     registry = Registry(kind_of)
-    encode = _Encoder(registry, kind_of)
+    codec = EngineCodec(registry, engine.resolve_buffer)
     for obj in engine.pinned():
-        registry.pinned.add(registry.ref(obj)["$o"])
-    dispatcher = Dispatcher(registry, engine.resolve_buffer, encode, _handlers(engine))
+        registry.pin(obj)
+    dispatcher = Dispatcher(codec, _handlers(engine))
     hello = {"protocol": wire.PROTOCOL_VERSION, "hash": content_hash, "pid": os.getpid(),
-             "engine_ref": encode(registry.ref(engine)), **encode(engine.hello())}
+             "engine_ref": codec.encode(engine), **{k: codec.encode(v) for k, v in engine.hello().items()}}
     stdout.write(wire.encode({"hello": hello}))
     stdout.flush()
     try:
@@ -144,7 +119,7 @@ def serve(engine_name: str, host: str, options: str, content_hash: str, stdin: B
     return 0
 
 
-def _emulator_kind_of() -> Any:
+def _emulator_kind_of() -> Callable[[object], str]:
     from hil.agent.engines.emulator import kind_of
 
     return kind_of

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hil.controller.client import AgentClient, AgentError
+from hil.controller.client import AgentClient
+from hil.controller.errors import AgentError
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
 from hil.controller.remote import RemoteNode, RemoteProcess, RemoteSocket, Session
 from hil.inventory import HostConfig
 from hil.transport import Transport, open_transport
+from pytest_san.protocols import Backend, Faults, Node, Process, Provider, Proxy, Socket
 from pytest_san.types import Leak
 
-Wrappers = tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]
+Wrappers = tuple[Callable[[Node, Provider], Provider], Callable[[Node, Proxy], Proxy]]
 """(wrap_provider(node, provider), wrap_proxy(node, proxy)): what replaces a node's provider and proxy."""
 
 
@@ -21,7 +23,7 @@ class Agent:
     """One host: its transport, its agent and the nodes the agent serves."""
 
     def __init__(self, host: HostConfig, connect: Callable[[HostConfig], Transport],
-                 lease: Mapping[str, Any] | None = None, wrap: Wrappers | None = None) -> None:
+                 lease: Mapping[str, object] | None = None, wrap: Wrappers | None = None) -> None:
         self.host = host
         self._connect = connect
         self.lease = lease  # who we are, for the host's lease file (hil/controller/leases.py)
@@ -51,7 +53,8 @@ class Agent:
                                *(n["provider"]["$o"] for n in hello["nodes"]),
                                *(n["proxy"]["$o"] for n in hello["nodes"])}
 
-    def call(self, method: str, *args: Any) -> Any:
+    def call(self, method: str, *args: object) -> Any:
+        """A method of the agent's engine: its answer as the agent sent it (decoded JSON: arbitrary)."""
         return self.session.call(self.engine, method, *args)
 
     def reset(self) -> None:
@@ -109,7 +112,7 @@ class HilBackend:
     def faults(self) -> RemoteFaults | None:
         return RemoteFaults(self) if "faults" in self._capabilities else None
 
-    def agent_of(self, thing: Any) -> Agent:
+    def agent_of(self, thing: object) -> Agent:
         session = thing.session if hasattr(thing, "session") else getattr(getattr(thing, "process", None),
                                                                           "session", None)
         for agent in self.agents:
@@ -117,7 +120,7 @@ class HilBackend:
                 return agent
         raise ValueError(f"{thing!r:.80} is not an object of this hil backend")
 
-    def connect_sockets(self, a: Any, b: Any) -> tuple[RemoteSocket, RemoteSocket]:
+    def connect_sockets(self, a: Process, b: Process) -> tuple[RemoteSocket, RemoteSocket]:
         if not isinstance(a, RemoteProcess) or not isinstance(b, RemoteProcess):
             raise TypeError(f"connect_sockets takes processes of this backend, got {a!r} and {b!r}")
         agent_a, agent_b = self.agent_of(a), self.agent_of(b)
@@ -165,42 +168,48 @@ class RemoteFaults:
     def __init__(self, backend: HilBackend) -> None:
         self._backend = backend
 
-    def _node(self, node: Any, what: str) -> RemoteNode:
+    def _node(self, node: object, what: str) -> RemoteNode:
         if not any(node is mine for mine in self._backend.nodes):
             raise ValueError(f"{what}: {node!r:.80} is not a node of this hil backend")
         assert isinstance(node, RemoteNode)
         return node
 
-    def _socket(self, socket: Any, what: str) -> RemoteSocket:
+    def _socket(self, socket: object, what: str) -> RemoteSocket:
         if not isinstance(socket, RemoteSocket) or not any(socket.session is a.session for a in self._backend.agents):
             raise TypeError(f"{what} takes a socket of this hil backend, got {socket!r:.80}")
         return socket
 
-    def fail_allocations(self, node: Any, count: int) -> None:
-        node = self._node(node, "fail_allocations")
-        self._backend.agent_of(node).call("faults", "fail_allocations", node, count)
+    def fail_allocations(self, node: Node, count: int) -> None:
+        mine = self._node(node, "fail_allocations")
+        self._backend.agent_of(mine).call("faults", "fail_allocations", mine, count)
 
-    def drop_link(self, a: Any, b: Any) -> None:
+    def drop_link(self, a: Node, b: Node) -> None:
         self._link("drop_link", a, b)
 
-    def restore_link(self, a: Any, b: Any) -> None:
+    def restore_link(self, a: Node, b: Node) -> None:
         self._link("restore_link", a, b)
 
-    def _link(self, name: str, a: Any, b: Any) -> None:
-        a, b = self._node(a, name), self._node(b, name)
-        if a.session is not b.session:
+    def _link(self, name: str, a: Node, b: Node) -> None:
+        node_a, node_b = self._node(a, name), self._node(b, name)
+        if node_a.session is not node_b.session:
             # Each emulator agent is a SAN of its own: no connection joins two hosts (connect_sockets
             # refuses), so a link between them carries nothing to drop or restore.
             return
-        self._backend.agent_of(a).call("faults", name, a, b)
+        self._backend.agent_of(node_a).call("faults", name, node_a, node_b)
 
-    def hold(self, socket: Any) -> None:
-        socket = self._socket(socket, "hold")
-        self._backend.agent_of(socket).call("faults", "hold", socket)
+    def hold(self, socket: Socket) -> None:
+        mine = self._socket(socket, "hold")
+        self._backend.agent_of(mine).call("faults", "hold", mine)
 
-    def release(self, socket: Any) -> None:
-        socket = self._socket(socket, "release")
-        self._backend.agent_of(socket).call("faults", "release", socket)
+    def release(self, socket: Socket) -> None:
+        mine = self._socket(socket, "release")
+        self._backend.agent_of(mine).call("faults", "release", mine)
+
+
+# mypy checks the backend and its faults against the protocols they implement (no runtime cost).
+if TYPE_CHECKING:
+    def _is_backend(b: HilBackend) -> Backend: return b
+    def _is_faults(f: RemoteFaults) -> Faults: return f
 
 
 __all__ = ["AgentError", "HilBackend"]

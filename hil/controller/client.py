@@ -9,13 +9,20 @@ import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hil.agent.server import agent_files
+from hil.controller.errors import AgentError, HostBusy, failure
+from hil.controller.leases import describe_holder
 from hil.inventory import HostConfig
 from hil.rpc import framing as wire
+from hil.rpc.errors import rebuild
 from hil.transport import Channel, Transport, TransportError
-from pytest_san.contract import SanError, WsaError
+
+if TYPE_CHECKING:
+    from hil.rpc.codec import Encoded
+
+__all__ = ["AgentClient", "AgentError", "HostBusy", "agent_bundle", "push_agent"]
 
 ROOT = Path(__file__).resolve().parents[2]  # where hil/ and pytest_san/ sit side by side
 
@@ -38,27 +45,11 @@ MAX_NOISE_LINES = 1000  # output before the hello that is skipped (a login or in
 MAX_NOISE_BYTES = 1 << 20
 
 
-class AgentError(RuntimeError):
-    """The agent failed in a way that is not a SAN error: the message names the host."""
-
-
-class HostBusy(AgentError):
-    """The host is leased by another agent (another worker, run or controller); ``holder`` says whose."""
-
-    def __init__(self, host: str, holder: Mapping[str, Any], message: str) -> None:
-        super().__init__(message)
-        self.host = host
-        self.holder = dict(holder)
-
-    def __reduce__(self) -> tuple[type[HostBusy], tuple[str, dict[str, Any], str]]:
-        return type(self), (self.host, self.holder, str(self))
-
-
 class AgentClient:
     """One agent process on one host; ``call`` sends a request and waits for its reply."""
 
     def __init__(self, host: HostConfig, transport: Transport, *, call_timeout: float = 120.0,
-                 start_timeout: float = 60.0, lease: Mapping[str, Any] | None = None) -> None:
+                 start_timeout: float = 60.0, lease: Mapping[str, object] | None = None) -> None:
         self.host = host
         self.transport = transport
         self.call_timeout = call_timeout
@@ -81,8 +72,6 @@ class AgentClient:
             raise
         if "busy" in self.hello:
             self.channel.close()
-            from hil.controller.leases import describe_holder
-
             holder = self.hello["busy"] if isinstance(self.hello["busy"], dict) else {}
             raise HostBusy(host.name, holder, f"{self.where}: leased by {describe_holder(holder)}")
         if self.hello.get("protocol") != wire.PROTOCOL_VERSION or self.hello.get("hash") != self.content_hash:
@@ -94,8 +83,8 @@ class AgentClient:
     def where(self) -> str:
         return f"host {self.host.name} ({self.host.host}:{self.host.port}, engine {self.host.engine})"
 
-    def _engine_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {}
+    def _engine_options(self) -> dict[str, str | int | None]:
+        options: dict[str, str | int | None] = {}
         if self.host.engine == "verbs":
             options = {"device": self.host.device, "gid_index": self.host.gid_index,
                        "netdev": self.host.netdev}
@@ -153,7 +142,9 @@ class AgentClient:
             raise self._out_of_step(f"waiting for {what}, the agent sent {shown}: protocol out of step")
         return reply
 
-    def call(self, obj: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+    def call(self, obj: int, method: str, *args: Encoded, timeout: float | None = None) -> Any:
+        """``method`` of the agent's object ``obj`` with encoded arguments (``hil.rpc.codec``): its result,
+        as the agent sent it (JSON, bytes as bytes: arbitrary), or the exception its error stands for."""
         if self.dead:
             raise AgentError(f"{self.where}: agent is gone ({self.dead})")
         rid = next(self._ids)
@@ -173,40 +164,7 @@ class AgentClient:
         self.channel.close()
 
 
-# Errors of the contract (and of a call's arguments) that the agent reports: raised as themselves, as the
-# emulator raises them in-process. Anything else is the agent failing: an AgentError with its traceback.
-_AS_ITSELF: dict[str, type[Exception]] = {"TimeoutError": TimeoutError, "ValueError": ValueError,
-                                          "TypeError": TypeError}
-
-
-def _error(error: dict[str, Any], where: str) -> Exception:
-    kind, message = error.get("kind"), str(error.get("message", ""))
-    if kind == "SanError":
-        try:
-            code = WsaError(int(error["code"]))
-        except (KeyError, TypeError, ValueError):
-            return AgentError(f"{where}: SanError with an unknown code {error.get('code')!r}: {message}")
-        required = error.get("required_size")
-        exc = SanError(code, required_size=required if isinstance(required, int) else None)
-        exc.args = (message,)
-        return exc
-    if isinstance(kind, str) and kind in _AS_ITSELF:
-        return _AS_ITSELF[kind](message)
-    detail = f"\n{error['traceback']}" if error.get("traceback") else ""
-    text = f"{where}: {kind}: {message}{detail}"
-    if isinstance(kind, str) and kind in _ALSO_AGENT_ERROR:
-        return _ALSO_AGENT_ERROR[kind](text)  # still an AgentError (host, traceback), and what it was
-    return AgentError(text)
-
-
-def _also_agent_error(base: type[Exception]) -> type[AgentError]:
-    cls = type(f"Agent{base.__name__}", (AgentError, base), {"__module__": __name__})
-    globals()[cls.__name__] = cls  # importable by name: it pickles (xdist)
-    return cls
-
-
-# Failures of the engine in a call (a bug it has in-process too): caught as the built-in they are.
-_ALSO_AGENT_ERROR: dict[str, type[AgentError]] = {
-    base.__name__: _also_agent_error(base)
-    for base in (AttributeError, KeyError, IndexError, LookupError, OverflowError, ZeroDivisionError,
-                 NotImplementedError, RecursionError, AssertionError)}
+def _error(error: Mapping[str, object], where: str) -> Exception:
+    """An agent's error object as the exception it stands for; an agent failing is an AgentError naming
+    ``where`` (the host), with the agent's traceback."""
+    return rebuild(error, lambda kind, message, trace: failure(where, kind, message, trace))

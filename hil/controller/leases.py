@@ -17,9 +17,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypedDict, TypeVar
 
-from hil.controller.client import AgentError, HostBusy
+from hil.controller.errors import AgentError, HostBusy
 from hil.inventory import HostConfig
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "HostBusy",
     "LeaseLog",
     "LeasePolicy",
+    "LeaseRecord",
     "LeaseRefused",
     "LeaseRequest",
     "LeaseTimeout",
@@ -57,11 +58,11 @@ class LeaseRequest:
     controller: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
 
-    def holder(self) -> dict[str, Any]:
+    def holder(self) -> dict[str, str | int]:
         return {"worker": self.worker, "run": self.run, "controller": self.controller, "pid": self.pid}
 
 
-def describe_holder(holder: Mapping[str, Any]) -> str:
+def describe_holder(holder: Mapping[str, object]) -> str:
     """'worker gw1 of run 3f2a... on ctl (pid 4242) since 2026-...' from a lease file's record."""
     if holder.get("refused"):
         return f"no one: the agent refused its lease file ({holder['refused']})"
@@ -76,7 +77,7 @@ def describe_holder(holder: Mapping[str, Any]) -> str:
     return text
 
 
-def waiting_message(host: str, holder: Mapping[str, Any]) -> str:
+def waiting_message(host: str, holder: Mapping[str, object]) -> str:
     return f"san: waiting for host {host}, leased by {describe_holder(holder)}"
 
 
@@ -134,6 +135,13 @@ class LeasePolicy:
     poll: float = POLL_INTERVAL
 
 
+class LeaseRecord(TypedDict):
+    worker: str
+    hosts: list[str]
+    start: str  # ISO times (now_iso)
+    end: str | None  # None while held
+
+
 class LeaseLog:
     """The leases a backend held: ``{"worker", "hosts", "start", "end"}`` dicts (ISO times; end None while held).
 
@@ -142,7 +150,7 @@ class LeaseLog:
 
     def __init__(self, worker: str) -> None:
         self.worker = worker
-        self.records: list[dict[str, Any]] = []
+        self.records: list[LeaseRecord] = []
 
     def start(self, hosts: Sequence[str], at: float | None = None) -> None:
         self.records.append({"worker": self.worker, "hosts": list(hosts), "start": now_iso(at), "end": None})
@@ -177,7 +185,7 @@ class Leaser(Generic[A]):
         else:
             print(message, file=sys.stderr, flush=True)
 
-    def _announce(self, busy: Mapping[str, Mapping[str, Any]]) -> None:
+    def _announce(self, busy: Mapping[str, Mapping[str, object]]) -> None:
         """One line per busy host, again only when its holder changed."""
         for host, holder in busy.items():
             text = describe_holder(holder)
@@ -186,7 +194,7 @@ class Leaser(Generic[A]):
                 self.notify(waiting_message(host, holder) + f" (up to {self.policy.timeout:g} s, --san-lease-timeout)")
 
     def _timeout(self, wanted: int, candidates: Sequence[HostConfig],
-                 busy: Mapping[str, Mapping[str, Any]]) -> LeaseTimeout:
+                 busy: Mapping[str, Mapping[str, object]]) -> LeaseTimeout:
         names = ", ".join(h.name for h in candidates)
         holders = "; ".join(f"host {host} is leased by {describe_holder(holder)}" for host, holder in busy.items())
         return LeaseTimeout(f"san: could not lease {wanted} of the hosts {names} within {self.policy.timeout:g} s "
@@ -210,7 +218,7 @@ class Leaser(Generic[A]):
         deadline = self._clock() + self.policy.timeout
         while True:
             got: list[A] = []
-            busy: dict[str, dict[str, Any]] = {}
+            busy: dict[str, dict[str, object]] = {}
             try:
                 for host in order:
                     if len(got) == count:

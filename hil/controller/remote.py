@@ -1,14 +1,34 @@
-"""Controller-side stand-ins for the objects an agent holds; each follows a pytest_san protocol."""
+"""Controller-side stand-ins for the objects an agent holds; each follows a pytest_san protocol
+(checked by mypy at the end of this module)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from hil.controller.client import AgentClient
-from pytest_san.burst import DEPTH
+from hil.rpc.codec import Codec
+from pytest_san.burst import DEPTH, BurstProvider
+from pytest_san.protocols import (
+    Allocation,
+    Buffer,
+    Descriptor,
+    DmaAdapter,
+    Handle,
+    LocalBuffers,
+    Node,
+    PendingOperation,
+    Process,
+    Provider,
+    Proxy,
+    Registration,
+    Socket,
+)
 from pytest_san.types import Access, CacheType, Completion, DeviceDescription, Status
+
+if TYPE_CHECKING:
+    from hil.rpc.codec import Encoded
 
 
 class Remote:
@@ -18,63 +38,66 @@ class Remote:
         self.session = session
         self.oid = oid
 
-    def _call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+    def _call(self, method: str, *args: object, timeout: float | None = None) -> Any:
+        """The agent's answer: decoded JSON, arbitrary until the caller reads it as what it asked for."""
         return self.session.call(self.oid, method, *args, timeout=timeout)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.oid} on {self.session.client.host.name}>"
 
 
-class Session:
-    """One agent's objects: wraps the references it returns, encodes what we send."""
+class StandInCodec(Codec):
+    """The controller's side of the codec: its stand-ins for one agent's objects as references; another
+    agent's object, or one of this process, as an object that agent knows nothing of."""
 
-    def __init__(self, client: AgentClient) -> None:
-        self.client = client
-        self._objects: dict[int, Remote] = {}
-        self.pinned: set[int] = set()
+    description = DeviceDescription
 
-    def call(self, oid: int, method: str, *args: Any, timeout: float | None = None) -> Any:
-        return self.client.call(oid, method, *[self.encode(a) for a in args], timeout=timeout)
+    def __init__(self, session: Session) -> None:
+        self.session = session
 
-    def encode(self, value: Any) -> Any:
-        """``value`` as the agent should see it: itself where JSON carries it faithfully, else a stand-in.
-
-        The engine, not the controller, judges every argument, in its own order, so that bad input
-        gets the error it gets in-process (SPEC section 6). Whatever JSON would change (a tuple's
-        subclass, a memoryview, an int subclass, a dict with '$' keys, an object of this process or of
-        another host) reaches it as something that is equally not what it expects.
-        """
-        if value is None or isinstance(value, (bool, str, float)):
-            return value  # JSON's own (bool before int: True is no 1)
-        if isinstance(value, (Access, CacheType)):
-            return int(value)  # what the engines take for these enums: their int value
-        if isinstance(value, int):
-            return value if type(value) is int else {"$i": [int(value), _shown(value)]}
-        if type(value) is bytes or type(value) is bytearray:
-            return bytes(value)  # the wire sends bytes as base64
-        if type(value) is list or type(value) is tuple:
-            return [self.encode(v) for v in value]
+    def own(self, value: object) -> Encoded:
         if isinstance(value, RemoteBuffer):
             fields = [self.encode(value.address), self.encode(value.length)]
-            if value.process.session is self:
+            if value.process.session is self.session:
                 return {"$buf": [value.process.oid, *fields]}
             # Another host's memory: a buffer of a process the engine does not know (WSAEFAULT there).
             return {"$fbuf": [value.process.session.client.host.name, *fields]}
-        if isinstance(value, Remote) and value.session is self:
+        if isinstance(value, Remote) and value.session is self.session:
             return {"$o": value.oid}
-        if type(value) is DeviceDescription:
-            return {"$dd": {f.name: self.encode(getattr(value, f.name)) for f in dataclasses.fields(value)}}
-        if type(value) is dict and all(type(k) is str and not k.startswith("$") for k in value):
-            return {k: self.encode(v) for k, v in value.items()}
-        return {"$x": _shown(value)}  # another host's object, or one of this process: opaque there
+        return None
 
-    def obj(self, ref: dict[str, Any], factory: type[Remote], *extra: Any) -> Any:
+
+Ref = Mapping[str, Any]
+"""A reference as the agent answers it, ``{"$o": id, "type": kind}`` or ``{"$buf": [...]}`` (decoded JSON)."""
+
+R = TypeVar("R", bound="Remote")
+
+
+class Session:
+    """One agent's objects: wraps the references it returns, encodes what we send (``hil.rpc.codec``).
+
+    The engine, not the controller, judges every argument, in its own order, so that bad input gets the
+    error it gets in-process (SPEC section 6): each argument is sent as itself where JSON carries it
+    faithfully, else as a stand-in that is equally not what the engine expects.
+    """
+
+    def __init__(self, client: AgentClient) -> None:
+        self.client = client
+        self.codec = StandInCodec(self)
+        self._objects: dict[int, Remote] = {}
+        self.pinned: set[int] = set()
+
+    def call(self, oid: int, method: str, *args: object, timeout: float | None = None) -> Any:
+        """The agent's answer (decoded JSON: arbitrary until the stand-in's method reads it)."""
+        return self.client.call(oid, method, *[self.codec.encode(a) for a in args], timeout=timeout)
+
+    def obj(self, ref: Ref, factory: Callable[..., R], *extra: object) -> R:
         oid = ref["$o"]
         found = self._objects.get(oid)
         if found is None:
             found = factory(self, oid, *extra)
             self._objects[oid] = found
-        return found
+        return cast(R, found)  # an id names one object, made by the one factory of its kind
 
     def sockets_of(self, process: RemoteProcess) -> list[RemoteSocket]:
         """The sockets of ``process`` this session knows (until a reset forgets them)."""
@@ -83,23 +106,14 @@ class Session:
     def forget_unpinned(self) -> None:
         self._objects = {k: v for k, v in self._objects.items() if k in self.pinned}
 
-    def buffer(self, ref: dict[str, Any]) -> RemoteBuffer:
+    def buffer(self, ref: Ref) -> RemoteBuffer:
         oid, address, length = ref["$buf"]
         process = self._objects[oid]
         assert isinstance(process, RemoteProcess)
         return RemoteBuffer(process, address, length)
 
 
-def _shown(value: Any) -> str:
-    """How an argument the agent gets a stand-in for shows in its error messages (as in-process)."""
-    try:
-        text = repr(value)
-    except Exception as exc:  # a broken __repr__ must not break the call
-        text = f"<{type(value).__name__} object (repr failed: {type(exc).__name__})>"
-    return text[:200]
-
-
-def _int(value: Any, what: str) -> int:
+def _int(value: object, what: str) -> int:
     """``value`` if it is an integer (an int subclass as its int, never a bool); else a TypeError naming
     ``what`` (as the emulator's process and buffer methods check it)."""
     if type(value) is int:
@@ -110,12 +124,12 @@ def _int(value: Any, what: str) -> int:
 
 
 class RemoteNode(Remote):
-    def __init__(self, session: Session, oid: int, name: str, provider: dict[str, Any],
-                 proxy: dict[str, Any]) -> None:
+    def __init__(self, session: Session, oid: int, name: str, provider: Ref, proxy: Ref) -> None:
         super().__init__(session, oid)
         self._name = name
-        self.provider = session.obj(provider, RemoteProvider)
-        self.proxy = session.obj(proxy, RemoteProxy)
+        # The stand-ins, or what the plugin's provider and proxy hooks wrapped them in (backend.Agent).
+        self.provider: Provider = session.obj(provider, RemoteProvider)
+        self.proxy: Proxy = session.obj(proxy, RemoteProxy)
 
     @property
     def name(self) -> str:
@@ -123,12 +137,10 @@ class RemoteNode(Remote):
 
     @property
     def default_process(self) -> RemoteProcess:
-        process: RemoteProcess = self.session.obj(self._call("default_process"), RemoteProcess, self)
-        return process
+        return self.session.obj(self._call("default_process"), RemoteProcess, self)
 
     def spawn_process(self) -> RemoteProcess:
-        process: RemoteProcess = self.session.obj(self._call("spawn_process"), RemoteProcess, self)
-        return process
+        return self.session.obj(self._call("spawn_process"), RemoteProcess, self)
 
 
 class RemoteProcess(Remote):
@@ -185,11 +197,11 @@ class RemoteBuffer:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"write takes bytes, got {data!r:.80}")
         offset = _int(offset, "offset")
-        data = bytes(data)
-        if offset < 0 or offset + len(data) > self.length:
-            raise ValueError(f"write of {len(data)} bytes at offset {offset} "
+        payload = bytes(data)
+        if offset < 0 or offset + len(payload) > self.length:
+            raise ValueError(f"write of {len(payload)} bytes at offset {offset} "
                              f"is outside a {self.length}-byte buffer")
-        self.process._call("buffer_write", self.address, self.length, data, offset)
+        self.process._call("buffer_write", self.address, self.length, payload, offset)
 
     def view(self, offset: int, length: int) -> RemoteBuffer:
         offset, length = _int(offset, "offset"), _int(length, "length")
@@ -248,9 +260,6 @@ class RemoteRegistration:
     refs: int
 
 
-Pairs = Sequence[tuple[Any, int]]
-
-
 class RemoteProvider(Remote):
     _rdma_read: bool | None = None
 
@@ -260,58 +269,57 @@ class RemoteProvider(Remote):
             self._rdma_read = bool(self._call("supports_rdma_read"))
         return self._rdma_read
 
-    def _op(self, method: str, *args: Any) -> RemoteOperation:
-        op: RemoteOperation = self.session.obj(self._call(method, *args), RemoteOperation)
-        return op
+    def _op(self, method: str, *args: object) -> RemoteOperation:
+        return self.session.obj(self._call(method, *args), RemoteOperation)
 
-    def register_memory(self, socket: Any, buffer: Any, access: Access) -> int:
+    def register_memory(self, socket: Socket, buffer: Buffer, access: Access) -> Handle:
         return int(self._call("register_memory", socket, buffer, access))
 
-    def deregister_memory(self, socket: Any, handle: int) -> None:
+    def deregister_memory(self, socket: Socket, handle: Handle) -> None:
         self._call("deregister_memory", socket, handle)
 
-    def register_rdma_memory(self, socket: Any, buffer: Any, access: Access,
-                             descriptor_size: int | None = None) -> bytes:
+    def register_rdma_memory(self, socket: Socket, buffer: Buffer, access: Access,
+                             descriptor_size: int | None = None) -> Descriptor:
         return bytes(self._call("register_rdma_memory", socket, buffer, access, descriptor_size))
 
-    def deregister_rdma_memory(self, socket: Any, descriptor: bytes) -> None:
+    def deregister_rdma_memory(self, socket: Socket, descriptor: Descriptor) -> None:
         self._call("deregister_rdma_memory", socket, descriptor)
 
-    def rdma_write(self, socket: Any, local_buffers: Pairs, target_descriptor: bytes,
+    def rdma_write(self, socket: Socket, local_buffers: LocalBuffers, target_descriptor: Descriptor,
                    offset: int = 0) -> RemoteOperation:
         return self._op("rdma_write", socket, local_buffers, target_descriptor, offset)
 
-    def rdma_read(self, socket: Any, local_buffers: Pairs, source_descriptor: bytes,
+    def rdma_read(self, socket: Socket, local_buffers: LocalBuffers, source_descriptor: Descriptor,
                   offset: int = 0) -> RemoteOperation:
         return self._op("rdma_read", socket, local_buffers, source_descriptor, offset)
 
-    def rdma_write_burst(self, socket: Any, local_buffers: Pairs, target_descriptor: bytes, offset: int = 0,
-                         count: int = 1, depth: int = DEPTH) -> RemoteOperation:
+    def rdma_write_burst(self, socket: Socket, local_buffers: LocalBuffers, target_descriptor: Descriptor,
+                         offset: int = 0, count: int = 1, depth: int = DEPTH) -> RemoteOperation:
         """One round trip for the whole burst: the agent (the verbs child) reposts each write itself."""
         return self._op("rdma_write_burst", socket, local_buffers, target_descriptor, offset,
                         count, depth)
 
-    def rdma_read_burst(self, socket: Any, local_buffers: Pairs, source_descriptor: bytes, offset: int = 0,
-                        count: int = 1, depth: int = DEPTH) -> RemoteOperation:
+    def rdma_read_burst(self, socket: Socket, local_buffers: LocalBuffers, source_descriptor: Descriptor,
+                        offset: int = 0, count: int = 1, depth: int = DEPTH) -> RemoteOperation:
         return self._op("rdma_read_burst", socket, local_buffers, source_descriptor, offset,
                         count, depth)
 
-    def send(self, socket: Any, buffers: Pairs) -> RemoteOperation:
+    def send(self, socket: Socket, buffers: LocalBuffers) -> RemoteOperation:
         return self._op("send", socket, buffers)
 
-    def recv(self, socket: Any, buffers: Pairs) -> RemoteOperation:
+    def recv(self, socket: Socket, buffers: LocalBuffers) -> RemoteOperation:
         return self._op("recv", socket, buffers)
 
-    def close_socket(self, socket: Any) -> None:
+    def close_socket(self, socket: Socket) -> None:
         self._call("close_socket", socket)
         if isinstance(socket, RemoteSocket) and socket.on_close is not None:
             socket.on_close()
             socket.on_close = None  # told once: a later kill of its process has nothing to relay
 
-    def getsockopt(self, socket: Any, option: int) -> int:
+    def getsockopt(self, socket: Socket, option: int) -> int:
         return int(self._call("getsockopt", socket, option))
 
-    def registrations(self, socket: Any) -> list[RemoteRegistration]:
+    def registrations(self, socket: Socket) -> list[RemoteRegistration]:
         return [RemoteRegistration(r["kind"], r["address"], r["length"], Access(r["access"]), r["refs"])
                 for r in self._call("registrations", socket)]
 
@@ -360,10 +368,9 @@ class RemoteProxy(Remote):
         self._call("set_nolowmem", value)
 
     def allocate(self, nbytes: int) -> RemoteAllocation:
-        allocation: RemoteAllocation = self.session.obj(self._call("allocate", nbytes), RemoteAllocation)
-        return allocation
+        return self.session.obj(self._call("allocate", nbytes), RemoteAllocation)
 
-    def free(self, allocation: Any) -> None:
+    def free(self, allocation: Allocation) -> None:
         self._call("free", allocation)
 
     def allocate_contiguous(self, nbytes: int, lowest: int, highest: int, boundary: int,
@@ -375,12 +382,25 @@ class RemoteProxy(Remote):
         self._call("free_contiguous", base, nbytes, cache_type)
 
     def get_dma_adapter(self, description: DeviceDescription) -> RemoteDmaAdapter:
-        adapter: RemoteDmaAdapter = self.session.obj(self._call("get_dma_adapter", description),
-                                                     RemoteDmaAdapter)
-        return adapter
+        return self.session.obj(self._call("get_dma_adapter", description), RemoteDmaAdapter)
 
-    def put_dma_adapter(self, adapter: Any) -> None:
+    def put_dma_adapter(self, adapter: DmaAdapter) -> None:
         self._call("put_dma_adapter", adapter)
 
     def live_allocations(self) -> int:
         return int(self._call("live_allocations"))
+
+
+# mypy checks each stand-in against the protocol it stands in for (no runtime cost).
+if TYPE_CHECKING:
+    def _is_node(n: RemoteNode) -> Node: return n
+    def _is_process(p: RemoteProcess) -> Process: return p
+    def _is_buffer(b: RemoteBuffer) -> Buffer: return b
+    def _is_socket(s: RemoteSocket) -> Socket: return s
+    def _is_operation(o: RemoteOperation) -> PendingOperation: return o
+    def _is_registration(r: RemoteRegistration) -> Registration: return r
+    def _is_provider(p: RemoteProvider) -> Provider: return p
+    def _is_burst_provider(p: RemoteProvider) -> BurstProvider: return p
+    def _is_allocation(a: RemoteAllocation) -> Allocation: return a
+    def _is_adapter(a: RemoteDmaAdapter) -> DmaAdapter: return a
+    def _is_proxy(p: RemoteProxy) -> Proxy: return p

@@ -1,0 +1,45 @@
+"""The controller's errors: an agent failing (naming its host), a host leased by another.
+
+``failure`` is the controller's fallback for ``hil.rpc.errors.rebuild``: what an agent's error that is
+not the contract's (SanError, TimeoutError, ValueError, TypeError) becomes here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class AgentError(RuntimeError):
+    """The agent failed in a way that is not a SAN error: the message names the host."""
+
+
+class HostBusy(AgentError):
+    """The host is leased by another agent (another worker, run or controller); ``holder`` says whose."""
+
+    def __init__(self, host: str, holder: Mapping[str, object], message: str) -> None:
+        super().__init__(message)
+        self.host = host
+        self.holder = dict(holder)
+
+    def __reduce__(self) -> tuple[type[HostBusy], tuple[str, dict[str, object], str]]:
+        return type(self), (self.host, self.holder, str(self))
+
+
+def failure(where: str, kind: str, message: str, trace: str | None) -> AgentError:
+    """The agent failing in a call (``kind``: the class of what it raised), at ``where`` (the host)."""
+    text = f"{where}: {kind}: {message}" + (f"\n{trace}" if trace else "")
+    cls = _ALSO_AGENT_ERROR.get(kind, AgentError)
+    return cls(text)  # an engine's built-in failure is still an AgentError (host, traceback), and what it was
+
+
+def _also_agent_error(base: type[Exception]) -> type[AgentError]:
+    cls = type(f"Agent{base.__name__}", (AgentError, base), {"__module__": __name__})
+    globals()[cls.__name__] = cls  # importable by name: it pickles (xdist)
+    return cls
+
+
+# Failures of the engine in a call (a bug it has in-process too): caught as the built-in they are.
+_ALSO_AGENT_ERROR: dict[str, type[AgentError]] = {
+    base.__name__: _also_agent_error(base)
+    for base in (AttributeError, KeyError, IndexError, LookupError, OverflowError, ZeroDivisionError,
+                 NotImplementedError, RecursionError, AssertionError)}

@@ -1,0 +1,33 @@
+"""Which methods each kind of remote object answers: the protocol's surface, nothing more.
+
+``OBJECTS``: what the agent answers for each kind of engine object (``hil/agent/dispatch.py``);
+``CHILD``: what a verbs engine's child process answers (``hil/agent/engines/verbs/child.py``).
+Standard library only, Python 3.9 compatible.
+"""
+
+from __future__ import annotations
+
+OBJECTS: dict[str, frozenset[str]] = {
+    "engine": frozenset({"hello", "connect_local", "socket_create", "socket_connect", "peer_closed", "leaks",
+                         "reset", "faults"}),
+    "node": frozenset({"spawn_process", "default_process"}),
+    "process": frozenset({"alloc", "read", "write", "buffer_read", "buffer_write", "kill", "alive"}),
+    "provider": frozenset({"register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
+                           "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv",
+                           "close_socket", "getsockopt", "registrations", "supports_rdma_read"}),
+    "proxy": frozenset({"device_flags", "nolowmem", "set_nolowmem", "allocate", "free", "allocate_contiguous",
+                        "free_contiguous", "get_dma_adapter", "put_dma_adapter", "live_allocations"}),
+    "adapter": frozenset({"allocate_common_buffer", "free_common_buffer", "dma32"}),
+    "socket": frozenset({"state"}),
+    "operation": frozenset({"done", "wait"}),
+    "allocation": frozenset({"info"}),
+}
+
+CHILD = frozenset((
+    "hello", "alloc", "free", "read", "write",
+    "socket_create", "socket_connect", "socket_state", "socket_peer_closed",
+    "register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
+    "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
+    "getsockopt", "registrations",
+    "supports_rdma_read", "op_wait", "op_done", "leaks", "reset", "exit",
+))
