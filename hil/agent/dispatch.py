@@ -78,7 +78,7 @@ class Registry:
         self.ref(obj)
         self.pinned.add(self._ids[id(obj)])
 
-    def get(self, oid: int) -> Any:
+    def get(self, oid: int) -> object:
         """The object of ``oid``: an engine object, whatever its kind."""
         try:
             return self._objects[oid]
@@ -100,7 +100,7 @@ class EngineCodec(Codec):
         self.registry = registry
         self._resolve_buffer = resolve_buffer
 
-    def own(self, value: Any) -> Encoded:
+    def own(self, value: Any) -> Encoded:  # whatever an engine answers, duck-typed
         if isinstance(value, enum.Enum):
             return int(value) if isinstance(value, int) else self.encode(value.value)
         if isinstance(value, int):
