@@ -7,7 +7,6 @@ these tests never meet those of another run on the machine.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from typing import IO
 
 import pytest
 
+import hil.inventory
 from hil.inventory import HostConfig, load_inventory
 from tests.support.sshd import SshServer
 
@@ -29,12 +29,8 @@ def host_configs(sshd: SshServer, remote_tmp: Path, names: Sequence[str] = NAMES
 
 
 def write_inventory(path: Path, hosts: Sequence[HostConfig]) -> Path:
-    entries = {h.name: {"ansible_host": h.host, "ansible_port": h.port, "ansible_user": h.user,
-                        "ansible_ssh_private_key_file": str(h.key_file), "san_known_hosts": str(h.known_hosts),
-                        "san_engine": h.engine, "san_loopback": h.loopback,
-                        "san_remote_tmp": str(h.extra["san_remote_tmp"])} for h in hosts}
-    path.write_text(json.dumps({"all": {"children": {"san": {"hosts": entries}}}}))
-    return path
+    """``hosts`` in group san, as :func:`hil.inventory.write_inventory` writes them (JSON for a .json path)."""
+    return hil.inventory.write_inventory(path, hosts)
 
 
 def pytest_env() -> dict[str, str]:
