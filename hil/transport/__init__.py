@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hil.inventory import HostConfig
 from hil.transport.base import (
@@ -22,7 +23,10 @@ from hil.transport.base import (
     content_digest,
 )
 from hil.transport.local import LocalChannel, LocalTransport
-from hil.transport.ssh import DEFAULT_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, SshChannel, SshTransport
+from hil.transport.ssh_config import DEFAULT_KNOWN_HOSTS, DEFAULT_SSH_CONFIG
+
+if TYPE_CHECKING:
+    from hil.transport.ssh import SshChannel, SshTransport
 
 __all__ = [
     "COMPLETE_MARKER",
@@ -42,6 +46,18 @@ __all__ = [
     "open_transport",
 ]
 
+# paramiko is imported when SSH is used: by open_transport for an ssh host, or on asking for these.
+_SSH_NAMES = frozenset({"SshChannel", "SshTransport"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _SSH_NAMES:
+        from hil.transport import ssh
+
+        return getattr(ssh, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 SSH_TIMEOUTS = frozenset({"connect_timeout", "banner_timeout", "auth_timeout", "channel_timeout", "keepalive"})
 
 
@@ -57,6 +73,8 @@ def open_transport(host: HostConfig, *, ssh_config: Path | None = DEFAULT_SSH_CO
     if host.connection == "local":
         transport = LocalTransport(host)
     else:
+        from hil.transport.ssh import SshTransport
+
         transport = SshTransport(host, ssh_config=ssh_config, **timeouts)
     try:
         transport.connect()
