@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hil.agent.engines.verbs.host import ChildProcess, PinnedProxy, host_capabilities, select_device, select_gid_index
+from hil.agent.engines.verbs.children import ChildProcess
+from hil.agent.engines.verbs.devices import select_device, select_gid_index
+from hil.agent.engines.verbs.proxy import PinnedProxy, host_capabilities
 from pytest_san.contract import (
     SanError,
     Status,

@@ -1,0 +1,219 @@
+"""The agent's side of the verbs engine's child processes: one modelled process = one child OS process.
+
+``ChildProcess`` starts ``child.py`` (its own verbs Context/PD/CQ) and is a small JSON-lines client
+for it; ``kill()`` ends it (its registrations vanish with it). ``raise_error`` turns a child's error
+object back into the exception it stands for (``SanError``, ``TimeoutError``, ..., else
+``ChildFailure``); ``ChildGone`` is a child that exited while a reply was awaited.
+
+Standard library only; Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any
+
+from hil.agent.engines.verbs.devices import NoRdmaDevice
+from hil.rpc.framing import decode, encode
+from pytest_san.contract import SanError
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+
+
+class ChildGone(ConnectionError):
+    """The child process exited (or was killed) while a reply was awaited."""
+
+
+class ChildFailure(RuntimeError):
+    """A request failed in the child for a reason that is not a Winsock error."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(f"{kind}: {message}")
+
+
+def raise_error(error: dict[str, Any]) -> None:
+    """Turn a child's error object into the exception it stands for."""
+    code = error.get("code")
+    message = error.get("message") or ""
+    if code is not None:
+        raise SanError(int(code), message, required_size=error.get("required_size"))
+    kind = error.get("kind") or "Error"
+    if kind == "TimeoutError":
+        raise TimeoutError(message)
+    if kind == "ValueError":
+        raise ValueError(message)
+    if kind == "TypeError":
+        raise TypeError(message)
+    raise ChildFailure(kind, message)
+
+
+class ChildProcess:
+    """One modelled process: a child running ``child.py`` with its own verbs Context, and its client.
+
+    ``hello`` holds what the child reported once its device was open (pid, device, gid, ...).
+    Calls are serialised (one request at a time); ``call`` raises SanError for Winsock errors,
+    TimeoutError for an operation wait that timed out, ChildGone when the child died.
+    """
+
+    _ids = itertools.count(1)
+
+    def __init__(self, device: str, port: int = 1, gid_index: int = 0, python: str | None = None,
+                 mw_mode: str = "auto", start_timeout: float = 120.0, env: dict[str, str] | None = None) -> None:
+        self.python = python or sys.executable
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 -- lives as long as the child
+        cmd = [self.python, CHILD, "--device", device, "--port", str(port), "--gid-index", str(gid_index),
+               "--mw-mode", mw_mode]
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                      env=env, close_fds=True)
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read_loop, name=f"san-child-{self._proc.pid}", daemon=True)
+        self._reader.start()
+        self._lock = threading.Lock()
+        self.pid = self._proc.pid  # the OS pid (the child reports the same in hello)
+        try:
+            reply = self._next_line(start_timeout)
+        except BaseException:
+            self.kill()
+            raise
+        if "error" in reply:
+            self.kill()
+            error = reply["error"]
+            text = error.get("message") or ""
+            if "no RDMA device" in text or "get_device_list" in text:
+                raise NoRdmaDevice(text)
+            if error.get("kind") == "ImportError":
+                raise NoRdmaDevice(text)
+            raise_error(error)
+        self.hello: dict[str, Any] = reply["result"]
+
+    def _read_loop(self) -> None:
+        stdout = self._proc.stdout
+        assert stdout is not None
+        for line in stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _next_line(self, timeout: float | None) -> dict[str, Any]:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"child {self._proc.pid} sent no reply within {timeout} s") from None
+        if line is None:
+            self._lines.put(None)
+            self._proc.wait()
+            raise ChildGone(f"child {self._proc.pid} exited (code {self._proc.returncode}): "
+                            f"{self.stderr_tail()}")
+        return decode(line)
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        try:
+            self._stderr.seek(0)
+            return self._stderr.read().decode(errors="replace")[-limit:].strip()
+        except (OSError, ValueError):
+            return ""
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    reply_timeout = 120.0  # seconds a request may take (TCG guests are slow)
+
+    def call(self, method: str, **params: Any) -> Any:
+        """One request with keyword parameters; waits ``reply_timeout`` seconds for the reply."""
+        return self.request(method, params, self.reply_timeout)
+
+    def request(self, method: str, params: dict[str, Any], reply_timeout: float | None) -> Any:
+        """One request; ``reply_timeout`` bounds the wait for the reply (None: forever)."""
+        with self._lock:
+            if not self.alive:
+                raise ChildGone(f"child {self._proc.pid} is gone (code {self._proc.returncode})")
+            rid = next(self._ids)
+            stdin = self._proc.stdin
+            assert stdin is not None
+            try:
+                stdin.write(encode({"id": rid, "method": method, "params": params}))
+                stdin.flush()
+            except (BrokenPipeError, OSError):
+                raise ChildGone(f"child {self._proc.pid} is gone: {self.stderr_tail()}") from None
+            while True:
+                reply = self._next_line(reply_timeout)
+                if reply.get("id") == rid:
+                    break
+        if "error" in reply:
+            raise_error(reply["error"])
+        return reply.get("result")
+
+    # Convenience wrappers (the names of the provider calls).
+    def alloc(self, nbytes: int) -> tuple[int, int]:
+        r = self.call("alloc", nbytes=nbytes)
+        return r["address"], r["length"]
+
+    def read(self, address: int, length: int) -> bytes:
+        data: bytes = self.call("read", address=address, length=length)
+        return data
+
+    def write(self, address: int, data: bytes) -> None:
+        self.call("write", address=address, data=bytes(data))
+
+    def socket_create(self) -> tuple[int, dict[str, Any]]:
+        r = self.call("socket_create")
+        return r["socket"], r["info"]
+
+    def socket_connect(self, socket: int, peer_info: dict[str, Any]) -> None:
+        self.call("socket_connect", socket=socket, peer=peer_info)
+
+    def op_wait(self, op_id: int, timeout: float | None = 10.0) -> dict[str, Any]:
+        """{"status", "bytes", "wc_status"} of a completed operation; TimeoutError after ``timeout``."""
+        reply_timeout = None if timeout is None else timeout + self.reply_timeout
+        done: dict[str, Any] = self.request("op_wait", {"op_id": op_id, "timeout": timeout}, reply_timeout)
+        return done
+
+    def kill(self) -> None:
+        """End the process at once: the kernel releases its QPs, MRs and windows with it."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self._proc.send_signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=30)
+        self._close_pipes()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Ask the child to release everything and exit (stdin EOF); kill it if it does not."""
+        if self._proc.poll() is None:
+            try:
+                if self._proc.stdin is not None:
+                    self._proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self._proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll()
+
+    def __enter__(self) -> ChildProcess:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

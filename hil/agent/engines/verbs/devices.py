@@ -1,0 +1,138 @@
+"""Which RDMA device, port and GID the verbs engine uses on this host, and which Python has pyverbs.
+
+``select_device(name)`` -> (device, port): the named device or the first with an ACTIVE port;
+``select_gid_index`` -> the given index or the first RoCE v2 IPv4-mapped GID. With no device at
+all this raises ``NoRdmaDevice`` with a plain reason (pyverbs' ``get_device_list()`` raises rather
+than returning [] then). ``pyverbs_python`` finds an interpreter that can import pyverbs.
+
+Standard library only at import time (pyverbs is imported lazily, where present); Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+
+SYSFS = "/sys/class/infiniband"
+
+
+class NoRdmaDevice(RuntimeError):
+    """There is no usable RDMA device on this host; the message says why."""
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+def list_devices(sysfs: str = SYSFS) -> list[str]:
+    """The RDMA devices of this host, or NoRdmaDevice naming why there are none."""
+    if os.path.isdir(sysfs):
+        names = sorted(os.listdir(sysfs))
+        if names:
+            return names
+        raise NoRdmaDevice(f"no RDMA device: {sysfs} is empty")
+    try:
+        from pyverbs.device import get_device_list  # type: ignore[import-not-found]
+    except ImportError:
+        raise NoRdmaDevice(f"no RDMA device: {sysfs} is absent") from None
+    try:
+        devices = get_device_list()  # raises (rather than returning []) when there is none
+    except Exception as exc:
+        raise NoRdmaDevice(f"no RDMA device: {sysfs} is absent and get_device_list() failed: {exc}") from None
+    if not devices:
+        raise NoRdmaDevice(f"no RDMA device: {sysfs} is absent and get_device_list() is empty")
+    return sorted(d.name.decode() if isinstance(d.name, bytes) else str(d.name) for d in devices)
+
+
+def port_states(device: str, sysfs: str = SYSFS) -> dict[int, str]:
+    """{port number: state text} of a device, e.g. {1: "4: ACTIVE"}."""
+    ports = os.path.join(sysfs, device, "ports")
+    out = {}
+    if os.path.isdir(ports):
+        for name in sorted(os.listdir(ports), key=lambda n: int(n) if n.isdigit() else 0):
+            try:
+                out[int(name)] = _read(os.path.join(ports, name, "state"))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def select_device(name: str | None = None, sysfs: str = SYSFS) -> tuple[str, int]:
+    """(device, port): ``name`` (san_device) or the first device with an ACTIVE port."""
+    devices = list_devices(sysfs)
+    if name is not None:
+        if name not in devices:
+            raise NoRdmaDevice("RDMA device {!r} not found (this host has {})".format(name, ", ".join(devices)))
+        candidates = [name]
+    else:
+        candidates = devices
+    seen = []
+    for dev in candidates:
+        states = port_states(dev, sysfs)
+        for port, state in states.items():
+            if "ACTIVE" in state.upper().split(":")[-1]:
+                return dev, port
+        seen.append("{} {}".format(dev, states or "(no ports)"))
+    raise NoRdmaDevice("no RDMA device with an ACTIVE port: {}".format("; ".join(seen)))
+
+
+def gid_table(device: str, port: int, sysfs: str = SYSFS) -> list[tuple[int, str, str]]:
+    """(index, gid as 32 hex digits, type text) of the non-zero GIDs of a port."""
+    base = os.path.join(sysfs, device, "ports", str(port))
+    out: list[tuple[int, str, str]] = []
+    gids = os.path.join(base, "gids")
+    if not os.path.isdir(gids):
+        return out
+    for name in sorted(os.listdir(gids), key=lambda n: int(n) if n.isdigit() else -1):
+        if not name.isdigit():
+            continue
+        try:
+            gid = _read(os.path.join(gids, name)).replace(":", "").lower()
+        except OSError:  # reading an unset entry of a RoCE table fails with EINVAL
+            continue
+        if not gid or int(gid, 16) == 0:
+            continue
+        try:
+            kind = _read(os.path.join(base, "gid_attrs", "types", name))
+        except OSError:
+            kind = ""
+        out.append((int(name), gid, kind))
+    return out
+
+
+def select_gid_index(device: str, port: int, given: int | None = None, sysfs: str = SYSFS) -> int:
+    """``given`` (san_gid_index) when it names a GID; else the first RoCE v2 IPv4-mapped GID; else 0."""
+    table = gid_table(device, port, sysfs)
+    if given is not None:
+        if table and given not in [i for i, _, _ in table]:
+            raise NoRdmaDevice(f"GID index {given} of {device} port {port} is not set "
+                               f"(set: {[i for i, _, _ in table]})")
+        return given
+    v4_mapped = "00000000000000000000ffff"
+    for wanted in (lambda g, k: "v2" in k.lower() and g.startswith(v4_mapped),
+                   lambda g, k: "v2" in k.lower(),
+                   lambda g, k: True):
+        for index, gid, kind in table:
+            if wanted(gid, kind):
+                return index
+    return 0
+
+
+def pyverbs_python(candidates: Iterable[str] = ()) -> str | None:
+    """An interpreter that can import pyverbs: this one, or the system's /usr/bin/python3."""
+    seen = []
+    for python in [*list(candidates), sys.executable, "/usr/bin/python3"]:
+        if not python or python in seen or not os.path.exists(python):
+            continue
+        seen.append(python)
+        try:
+            done = subprocess.run([python, "-c", "import pyverbs.device, pyverbs.mr"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if done.returncode == 0:
+            return python
+    return None

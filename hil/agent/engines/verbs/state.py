@@ -1,0 +1,186 @@
+"""What every part of a ``VerbsProcess`` shares: its records and its tables.
+
+* the records: ``Mapping`` (a buffer), ``Registration`` (a handle or an RDMA window), ``Operation``
+  (a pending operation) and its ``Burst``, ``Socket`` (an RC QP and the provider's tables for it);
+* ``ProcessState``: the base of the parts of ``VerbsProcess`` (memory.py, sockets.py,
+  registrations.py, operations.py, completions.py): the objects and tables ``VerbsProcess.__init__``
+  sets up, and, for the type checker only, the calls one part makes into another.
+
+Standard library + pytest_san.contract, Python 3.9 compatible.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_san.contract import (
+    QUEUE_DEPTH,
+    VALID_ACCESS,
+    Access,
+    Status,
+)
+
+INTERNAL = 1 << 62  # wr_id bit of the engine's own work requests (bind, local invalidate)
+INTERNAL_SLOTS = 8  # send-queue room kept for them on top of QUEUE_DEPTH
+CQ_PER_SOCKET = 2 * QUEUE_DEPTH + INTERNAL_SLOTS
+U64 = (1 << 64) - 1
+
+class Mapping:
+    """One buffer: ``length`` usable bytes at ``address``; ``size`` mapped bytes including the guard page."""
+
+    __slots__ = ("address", "length", "size")
+
+    def __init__(self, address: int, length: int, size: int) -> None:
+        self.address = address
+        self.length = length
+        self.size = size
+
+
+class Registration:
+    """A register_memory handle (``key`` = MR lkey) or an RDMA window (``key`` = window rkey)."""
+
+    __slots__ = ("access", "address", "in_use", "key", "kind", "length", "mr", "mw", "refs")
+
+    def __init__(self, kind: str, key: int, address: int, length: int, access: int, mr: Any, mw: Any) -> None:
+        self.kind = kind
+        self.key = key
+        self.address = address
+        self.length = length
+        self.access = access
+        self.mr = mr
+        self.mw = mw
+        self.refs = 1
+        self.in_use = 0  # pending operations using it
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "key": self.key, "address": self.address, "length": self.length,
+                "access": self.access, "refs": self.refs, "in_use": self.in_use}
+
+    def __repr__(self) -> str:
+        return (f"{self.kind} {self.key:#x} {self.address:#x}+{self.length} "
+                f"{Access(self.access).name if self.access in VALID_ACCESS else self.access} refs={self.refs}")
+
+
+class Burst:
+    """The same RDMA work request posted ``count`` times, up to ``depth`` in flight (one Operation)."""
+
+    __slots__ = ("count", "depth", "error", "in_flight", "ok_bytes", "posted", "wr")
+
+    def __init__(self, wr: Any, count: int, depth: int) -> None:
+        self.wr = wr
+        self.count = count
+        self.depth = depth
+        self.posted = 0
+        self.in_flight = 0
+        self.ok_bytes = 0
+        self.error: int | None = None  # the first failure's status: nothing more is posted
+
+
+class Operation:
+    """A pending operation; ``wr_id`` is its id (every work request of a burst carries it). Completes once."""
+
+    __slots__ = ("burst", "id", "kind", "nbytes", "nbytes_done", "regs", "sock", "status", "wc_status")
+
+    def __init__(self, op_id: int, sock: Socket, kind: str) -> None:
+        self.id = op_id
+        self.sock = sock
+        self.kind = kind
+        self.regs: list[Registration] = []
+        self.nbytes = 0
+        self.status: int | None = None
+        self.nbytes_done = 0
+        self.wc_status: int | None = None  # the raw ibv_wc_status; None when completed in software
+        self.burst: Burst | None = None
+
+    @property
+    def on_send_queue(self) -> bool:
+        return self.kind != "recv"
+
+    def result(self) -> dict[str, Any]:
+        assert self.status is not None
+        return {"status": self.status, "bytes": self.nbytes_done, "wc_status": self.wc_status}
+
+
+class Socket:
+    """A SAN socket: an RC QP plus the provider's tables for it."""
+
+    def __init__(self, sid: int, qp: Any, psn: int) -> None:
+        self.id = sid
+        self.qp = qp
+        self.psn = psn
+        self.state = "created"  # created -> connected -> error | disconnected -> closed
+        self.peer: dict[str, Any] | None = None
+        self.handles: dict[int, Registration] = {}  # lkey -> register_memory registration
+        self.windows: dict[int, Registration] = {}  # rkey -> register_rdma_memory registration
+        self.by_range: dict[tuple[str, int, int, int], Registration] = {}  # reference counting (R13)
+        self.send_ops: set[int] = set()  # operation ids outstanding on the send queue
+        self.recv_ops: set[int] = set()  # ... and on the receive queue
+        self.internal: set[int] = set()  # engine work requests (bind, invalidate) not yet completed
+        self.flush_status = Status.ABORTED.value  # what a WR_FLUSH_ERR means for this socket's operations
+
+
+class ProcessState:
+    """The verbs objects and tables of one process (set by ``VerbsProcess.__init__``), shared by its parts."""
+
+    device: str
+    port: int
+    gid_index: int
+    ctx: Any  # pyverbs Context, PD, CQ and the port's GID
+    pd: Any
+    cq: Any
+    gid: Any
+    max_sge: int
+    max_mr_size: int
+    mw_mode: str  # "mw2" or "mr"
+    device_has_mw2: bool
+    mtu: int
+    lid: int
+    max_msg_sz: int
+    cq_size: int
+    max_sockets: int
+    pid: int
+    _bases: list[int]  # sorted buffer addresses
+    _maps: dict[int, Mapping]
+    _sockets: dict[int, Socket]
+    _closed_sockets: set[int]
+    _next_socket: int
+    _ops: dict[int, Operation]
+    _next_op: int
+    _internal: dict[int, int]  # internal wr_id -> wc status, once completed
+    _next_internal: int
+    _zombies: list[Any]  # MRs/MWs whose release the device refused for now
+    _null_mr: Any  # one registered page for zero-length scatter lists
+    _null_buf: int
+    closed: bool
+
+    if TYPE_CHECKING:  # the calls between parts; each is defined in the part named
+        # process.py
+        def _check_open(self) -> None: ...
+
+        # memory.py
+        def alloc(self, nbytes: int) -> dict[str, int]: ...
+        def _mapping_of(self, address: int, length: int) -> Mapping | None: ...
+        def _null_address(self) -> int: ...
+
+        # sockets.py
+        def _socket(self, socket: Any) -> Socket: ...
+        def _refresh(self, sock: Socket) -> None: ...
+        def _connected(self, socket: Any) -> Socket: ...
+        def _to_error(self, sock: Socket) -> None: ...
+        def close_socket(self, socket: int) -> None: ...
+
+        # registrations.py
+        def _release(self, sock: Socket, reg: Registration, force: bool = False) -> None: ...
+        def _close_verbs(self, obj: Any) -> None: ...
+        def _retry_zombies(self) -> None: ...
+
+        # operations.py
+        def _refill(self, op: Operation) -> None: ...
+        def _send_queue_used(self, sock: Socket) -> int: ...
+
+        # completions.py
+        def _poll(self) -> int: ...
+        def _finish(self, op: Operation, status: int, nbytes: int) -> None: ...
+        def _internal_id(self) -> int: ...
+        def _run_internal(self, sock: Socket, wr: Any, timeout: float = 20.0) -> int | None: ...
+        def _drain(self, sock: Socket, timeout: float) -> None: ...
