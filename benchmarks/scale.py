@@ -1,13 +1,13 @@
 """How the conformance suite scales over lab hosts with pytest-xdist: ``-n 1`` against ``-n 2``.
 
-Run ``python benchmarks/scale.py`` (``--rounds N``, default 3). It starts a throwaway OpenSSH server on
-127.0.0.1 (tests/support/sshd.py; needs /usr/sbin/sshd), writes an inventory of two emulator-engine hosts
-behind it (two names, so two leases), and runs ``pytest --pyargs pytest_san.scenarios
+Run ``python benchmarks/scale.py`` (``--rounds N``, default 3). It writes an inventory of two
+emulator-engine hosts on this machine (``ansible_connection: local``: the agent path without SSH; two
+names, so two leases), and runs ``pytest --pyargs pytest_san.scenarios
 --san-backend=hil -n N`` for N = 1 and 2, alternating, so both see the same machine load. It prints
 each run's wall time (process start to exit, xdist start-up included) and pytest's own session time,
 then the speed-up ratio of the medians: time(-n 1) / time(-n 2).
 
-On this machine the hosts, their agents, sshd and the workers share the same cores, so the ratio is
+On this machine the hosts, their agents and the workers share the same cores, so the ratio is
 a floor: on a lab, agents run on their own hosts and a worker mostly waits for them.
 """
 
@@ -24,11 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from tests.support.lab_hosts import host_configs, pytest_env, write_inventory  # noqa: E402
-from tests.support.sshd import SSHD, start_sshd  # noqa: E402
+from hil.inventory import HostConfig, write_inventory
 
 NAMES = ("scaleA", "scaleB")
 
@@ -40,7 +36,8 @@ def run_suite(workers: int, inventory: Path, workdir: Path, index: int) -> tuple
             "--pyargs", "pytest_san.scenarios", "--san-backend=hil", f"--san-inventory={inventory}",
             f"--san-report={report}"]
     began = time.perf_counter()
-    result = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, env=pytest_env())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    result = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - began
     if result.returncode != 0:
         output = result.stdout[-3000:] + result.stderr[-2000:]
@@ -54,36 +51,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="runs of each (alternating); medians are compared")
     args = parser.parse_args(argv)
-    if not SSHD.exists():
-        print(f"{SSHD} not found: apt-get install openssh-server", file=sys.stderr)
-        return 2
     with tempfile.TemporaryDirectory(prefix="san-scale-") as tmp:
         workdir = Path(tmp)
-        (workdir / "sshd").mkdir()
         (workdir / "remote").mkdir()
-        server = start_sshd(workdir / "sshd")
-        try:
-            inventory = write_inventory(workdir / "lab.json", host_configs(server, workdir / "remote", NAMES))
-            run_suite(1, inventory, workdir, -1)  # warm-up: the agent is pushed once, caches are filled
-            times: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
-            for index in range(args.rounds):
-                for workers in (1, 2):
-                    wall, session, report = run_suite(workers, inventory, workdir, index)
-                    leases = report.get("leases", [])
-                    assert isinstance(leases, list)
-                    used = sorted(h for lease in leases for h in lease["hosts"])
-                    times[workers].append((wall, session))
-                    print(f"round {index + 1}: -n {workers}: wall {wall:6.2f} s, pytest {session:6.2f} s, "
-                          f"hosts {', '.join(used)}", flush=True)
-        finally:
-            server.stop()
+        hosts = [HostConfig(name=name, host="localhost", connection="local", engine="emulator", loopback=True,
+                            extra={"san_remote_tmp": str(workdir / "remote")}) for name in NAMES]
+        inventory = write_inventory(workdir / "lab.json", hosts)
+        run_suite(1, inventory, workdir, -1)  # warm-up: the agent is pushed once, caches are filled
+        times: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+        for index in range(args.rounds):
+            for workers in (1, 2):
+                wall, session, report = run_suite(workers, inventory, workdir, index)
+                leases = report.get("leases", [])
+                assert isinstance(leases, list)
+                used = sorted(h for lease in leases for h in lease["hosts"])
+                times[workers].append((wall, session))
+                print(f"round {index + 1}: -n {workers}: wall {wall:6.2f} s, pytest {session:6.2f} s, "
+                      f"hosts {', '.join(used)}", flush=True)
     wall1, wall2 = (statistics.median(w for w, _ in times[n]) for n in (1, 2))
     sess1, sess2 = (statistics.median(s for _, s in times[n]) for n in (1, 2))
     print()
     print(f"{'':10} {'-n 1':>8} {'-n 2':>8} {'speed-up':>9}")
     print(f"{'wall':10} {wall1:7.2f}s {wall2:7.2f}s {wall1 / wall2:8.2f}x")
     print(f"{'pytest':10} {sess1:7.2f}s {sess2:7.2f}s {sess1 / sess2:8.2f}x")
-    print(f"(medians of {args.rounds} rounds; {os.cpu_count()} CPUs shared by sshd, the agents and the workers)")
+    print(f"(medians of {args.rounds} rounds; {os.cpu_count()} CPUs shared by the agents and the workers)")
     return 0
 
 
