@@ -377,7 +377,7 @@ def test_temp_files_named_or_held_open_by_the_group(tmp_path: Path) -> None:
 def test_a_boot_stopped_before_the_ready_marker_leaves_no_temp_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hil.tools.lab.lab as lab
+    import hil.tools.lab.boot as lab
 
     vmlinuz = tmp_path / "vmlinuz"
     vmlinuz.write_bytes(b"k")

@@ -1,0 +1,369 @@
+"""``lab up``: boot the lab's guests and write the inventory for them.
+
+``up`` boots the guests in parallel, one thread each: start vng, wait for the guest's ready marker on its
+console, then SSH with a short back-off until rxe0's port is ACTIVE. A guest that fails is stopped and
+booted once more (on TCG if it failed under KVM); a second failure tears the whole lab down and shows
+that guest's console. Whatever goes wrong (or Ctrl-C), ``up`` leaves nothing running behind it.
+Before the guests: KVM or TCG (a probe guest decides, remembered until the host reboots), the lab's
+keys, the guests' init script and the Ethernet hub.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import hil
+from hil.tools.lab import LabError
+from hil.tools.lab.guest import (
+    GUEST_INIT,
+    MAX_GUESTS,
+    GuestSpec,
+    console_tail,
+    find_vng,
+    lab_address,
+    lab_mac,
+    mgmt_mac,
+    probe_kvm,
+    read_marker,
+    start_guest,
+)
+from hil.tools.lab.inventory import host_configs, write_inventory
+from hil.tools.lab.kernel import DEFAULT_CACHE, Kernel, fetch_kernel
+from hil.tools.lab.keys import LabKeys, generate_keys, write_known_hosts
+from hil.tools.lab.procs import group_is_ours, temp_files
+from hil.tools.lab.progress import Progress
+from hil.tools.lab.state import DEFAULT_STATE_DIR, GuestState, LabState, group_members, stop_group
+from hil.tools.lab.teardown import _teardown
+
+__all__ = ["UpOptions", "up"]
+
+HUB_PORT_FILE = "hub.port"
+HUB_LOG = "hub.log"
+INIT_SCRIPT = "guest-init.sh"
+INVENTORY = "lab.yaml"
+KVM_PROBE = "kvm-probe.json"  # in the kernel cache: the probe costs its full timeout where KVM hangs
+
+
+class _GuestFailed(Exception):
+    """One boot attempt of one guest failed; the message says how."""
+
+
+class _Cancelled(Exception):
+    """The lab is being torn down while this guest boots."""
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    hosts: int = 2
+    memory: str = "1G"
+    hugepages: int = 32  # 2 MiB hugetlb pages per guest: contiguous memory and DMA buffers (P3-P5)
+    state_dir: Path = DEFAULT_STATE_DIR
+    inventory_out: Path | None = None  # default <state dir>/lab.yaml
+    kernel_cache: Path = DEFAULT_CACHE
+    accel: str = "auto"  # auto: probe KVM, use it only if a guest really runs; kvm; tcg
+    boot_timeout: float = 300.0  # per attempt, until the ready marker (TCG boots take ~40-90 s here)
+    ssh_timeout: float = 120.0  # per attempt, after the marker: SSH up and rxe0 ACTIVE
+
+    @property
+    def directory(self) -> Path:
+        return self.state_dir.expanduser().absolute()
+
+    @property
+    def inventory(self) -> Path:
+        return (self.inventory_out or self.directory / INVENTORY).expanduser().absolute()
+
+
+def _free_ports(count: int) -> list[int]:
+    # Held open together so that they differ; qemu binds them a moment later (a collision is a failed
+    # boot, which is retried on fresh ports).
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _use_kvm(mode: str, kernel: Kernel, cache: Path, progress: Progress) -> bool:
+    """KVM only if a probe guest really runs under it; the answer is kept until the host reboots."""
+    if mode == "tcg":
+        progress("host", "accelerator: TCG (asked for)")
+        return False
+    boot_id = _boot_id()
+    known: object = None
+    with contextlib.suppress(OSError, ValueError):
+        known = json.loads(cache.read_text())
+    if isinstance(known, dict) and boot_id and known.get("boot_id") == boot_id:
+        ok, why = bool(known.get("ok")), f"{known.get('why')}; probed earlier since this host booted"
+    else:
+        ok, why = probe_kvm(kernel.vmlinuz)
+        with contextlib.suppress(OSError):
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps({"boot_id": boot_id, "ok": ok, "why": why}) + "\n")
+    if mode == "kvm" and not ok:
+        raise LabError(f"--accel kvm: {why}")
+    progress("host", f"accelerator: {'KVM' if ok else 'TCG'} ({why})")
+    return ok
+
+
+def _start_hub(state: LabState, directory: Path) -> None:
+    port_file = directory / HUB_PORT_FILE
+    log = directory / HUB_LOG
+    state.add_file(port_file)
+    state.add_file(log)
+    env = dict(os.environ)
+    # The hub runs as `python -m hil.tools.lab.hub` from wherever this hil package is, installed or not.
+    root = str(Path(hil.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "hil.tools.lab.hub", "--port-file", str(port_file)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, cwd="/")
+    state.hub_pgid = proc.pid
+    state.save()
+    deadline = time.monotonic() + 15
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise LabError(f"the lab's Ethernet hub did not start:\n{console_tail(log, 10)}")
+        time.sleep(0.05)
+    state.hub_port = int(port_file.read_text())
+    state.save()
+
+
+class _Booter:
+    """Boots the guests of one ``up``, each in its own thread."""
+
+    def __init__(self, state: LabState, keys: LabKeys, kernel: Kernel, opts: UpOptions, kvm: bool,
+                 progress: Progress) -> None:
+        self.state = state
+        self.keys = keys
+        self.kernel = kernel
+        self.opts = opts
+        self.kvm = kvm
+        self.progress = progress
+        self.vng = find_vng()
+        self.stop = threading.Event()
+        self.lock = threading.Lock()  # state file and known_hosts
+        self.errors: dict[str, BaseException] = {}
+
+    def save(self) -> None:
+        with self.lock:
+            self.state.save()
+
+    def boot_all(self) -> None:
+        threads = [threading.Thread(target=self._guest, args=(g,), name=g.name, daemon=True)
+                   for g in self.state.guests]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                if self.errors:
+                    break  # one guest failed twice: no point waiting for the others
+                for t in threads:
+                    t.join(0.2)
+        finally:
+            self.stop.set()
+            if self.errors or any(t.is_alive() for t in threads):
+                # Stop the guests first, so threads blocked in an SSH connect fail fast, then let every
+                # thread finish: none may start a guest after the teardown that follows.
+                for g in self.state.guests:
+                    if self._stop(g, grace=2):
+                        self.progress(g.name, f"stopped (process group {g.pgid})")
+                for t in threads:
+                    t.join(60)
+        if self.errors:
+            name, exc = next(iter(self.errors.items()))
+            raise exc if isinstance(exc, LabError) else LabError(f"{name}: {exc}")
+
+    def _guest(self, guest: GuestState) -> None:
+        try:
+            self._bring_up(guest)
+        except _Cancelled:
+            pass
+        except BaseException as exc:  # reported by boot_all in the main thread
+            self.errors[guest.name] = exc
+
+    def _bring_up(self, guest: GuestState) -> None:
+        log = Path(guest.console_log)
+        for attempt in (1, 2):
+            guest.attempts = attempt
+            kvm = self.kvm and attempt == 1  # a KVM guest that hangs past the probe gets TCG next time
+            guest.accel = "kvm" if kvm else "tcg"
+            try:
+                self._boot_once(guest, kvm)
+                return
+            except _GuestFailed as exc:
+                self._stop(guest)
+                if attempt == 2 or self.stop.is_set():
+                    raise LabError(
+                        f"{guest.name} failed to boot twice: {exc}\n"
+                        f"--- last lines of {guest.name}'s console ({log}) ---\n{console_tail(log)}"
+                    ) from None
+                failed = log.with_name(f"{guest.name}-console.failed.log")
+                os.replace(log, failed)
+                self.progress(guest.name, f"attempt 1 failed: {exc}; its console is in {failed}; retrying once")
+                with self.lock:  # fresh port: the first one may have been taken under us
+                    self.state.add_file(failed)
+                    guest.ssh_port = _free_ports(1)[0]
+                    write_known_hosts(self.keys, [g.ssh_port for g in self.state.guests])
+
+    def _wait(self, seconds: float) -> None:
+        if self.stop.wait(seconds):
+            raise _Cancelled
+
+    def _boot_once(self, guest: GuestState, kvm: bool) -> None:
+        assert self.state.hub_port is not None
+        spec = GuestSpec(index=guest.index, ssh_port=guest.ssh_port, hub_port=self.state.hub_port,
+                         vmlinuz=self.kernel.vmlinuz, init_script=Path(self.state.state_dir) / INIT_SCRIPT,
+                         host_key=self.keys.host_key, authorized_keys=self.keys.client_pub,
+                         memory=self.opts.memory, kvm=kvm, hugepages=self.opts.hugepages)
+        log = Path(guest.console_log)
+        proc = start_guest(spec, log, self.vng)
+        guest.pgid = proc.pid
+        guest.netdev = None
+        self.save()
+        if self.stop.is_set():  # torn down while we were starting it
+            self._stop(guest)
+            raise _Cancelled
+        self.progress(guest.name, f"booting ({guest.accel.upper()}, vng pid {proc.pid}, "
+                                  f"ssh 127.0.0.1:{guest.ssh_port}, console {log.name})")
+        deadline = time.monotonic() + self.opts.boot_timeout
+        while True:
+            self._record_temp_files(guest)  # as soon as vng makes them: a boot stopped now leaves none
+            marker = read_marker(log, guest.name)
+            if marker is not None:
+                ok, info = marker
+                if not ok:
+                    raise _GuestFailed(f"the guest's init failed: {info}")
+                guest.netdev = info
+                break
+            if proc.poll() is not None:
+                raise _GuestFailed(f"vng exited with status {proc.returncode} before the guest was ready")
+            if time.monotonic() > deadline:
+                raise _GuestFailed(f"no ready marker within {self.opts.boot_timeout:g} s")
+            self._wait(0.5)
+        self._record_temp_files(guest)
+        self.save()  # the netdev
+        self.progress(guest.name, f"ready marker: sshd up, lab NIC {guest.netdev} {guest.lab_address}")
+        self._check_over_ssh(guest)
+
+    def _record_temp_files(self, guest: GuestState) -> None:
+        found = temp_files(guest.pgid) if guest.pgid is not None else []
+        with self.lock:
+            new = [path for path in found if path not in self.state.files]
+            for path in new:
+                self.state.add_file(path)
+            if new:
+                self.state.save()
+
+    def _stop(self, guest: GuestState, grace: float = 5.0) -> bool:
+        """Stop the guest's process group, recording vng's temp files first; whether it was running."""
+        if guest.pgid is None or not group_members(guest.pgid):
+            return False
+        self._record_temp_files(guest)
+        stop_group(guest.pgid, grace=grace)
+        return True
+
+    def _check_over_ssh(self, guest: GuestState) -> None:
+        from hil.transport import TransportError, open_transport  # paramiko: only when booting
+
+        host = next(h for h in host_configs(self.state, self.keys) if h.name == guest.name)
+        deadline = time.monotonic() + self.opts.ssh_timeout
+        delay, attempts, last = 1.0, 0, ""
+        while True:  # sshd started a moment ago: back off briefly rather than hammer it
+            self._wait(delay)
+            attempts += 1
+            try:
+                transport = open_transport(host, ssh_config=None, connect_timeout=10, banner_timeout=20,
+                                           auth_timeout=20, channel_timeout=20)
+                break
+            except TransportError as exc:
+                last = exc.reason
+            if time.monotonic() > deadline:
+                raise _GuestFailed(f"no SSH within {self.opts.ssh_timeout:g} s ({attempts} tries): {last}")
+            delay = min(delay * 2, 8.0)
+        with transport:
+            self.progress(guest.name, f"ssh root@127.0.0.1:{guest.ssh_port} answers (try {attempts})")
+            state = ""
+            while True:
+                try:
+                    result = transport.run(["cat", "/sys/class/infiniband/rxe0/ports/1/state"], timeout=30)
+                    state = result.stdout.strip() or result.stderr.strip()
+                except TransportError as exc:
+                    state = exc.reason
+                if state.partition(": ")[2] == "ACTIVE":  # sysfs says "4: ACTIVE"
+                    break
+                if time.monotonic() > deadline:
+                    raise _GuestFailed(f"rxe0 port 1 not ACTIVE within {self.opts.ssh_timeout:g} s: {state}")
+                self._wait(1.0)
+        self.progress(guest.name, f"rxe0 port 1 {state.partition(': ')[2]} on {guest.netdev}")
+
+
+def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
+    """Boot the lab; on any failure (or Ctrl-C) everything started is stopped and removed again."""
+    progress = progress or Progress()
+    if not 1 <= opts.hosts <= MAX_GUESTS:
+        raise LabError(f"--hosts must be 1..{MAX_GUESTS}, got {opts.hosts}")
+    directory = opts.directory
+    existing = LabState.load(directory)
+    if existing is not None:
+        alive = [pg for pg in existing.pgids if group_is_ours(pg, existing.state_dir)]
+        if alive:
+            raise LabError(f"a lab is already up in {directory} (process groups {alive}); "
+                           f"`san-hil lab down --state-dir {directory}` first")
+        progress("host", f"removing the remains of a lab that is no longer running in {directory}")
+        _teardown(existing, progress)
+    find_vng()
+    kernel = fetch_kernel(opts.kernel_cache, progress=lambda m: progress("host", m))
+    directory.mkdir(parents=True, exist_ok=True)
+    state = LabState(state_dir=str(directory), kernel=str(kernel.vmlinuz))
+    state.save()
+    try:
+        kvm = _use_kvm(opts.accel, kernel, opts.kernel_cache.expanduser() / KVM_PROBE, progress)
+        keys = generate_keys(directory)
+        for path in keys.files():
+            state.add_file(path)
+        init = directory / INIT_SCRIPT
+        init.write_text(GUEST_INIT)
+        init.chmod(0o755)
+        state.add_file(init)
+        _start_hub(state, directory)
+        progress("host", f"Ethernet hub on 127.0.0.1:{state.hub_port} (pid {state.hub_pgid})")
+        ports = _free_ports(opts.hosts)
+        for index, port in enumerate(ports, start=1):
+            console = directory / f"lab{index}-console.log"
+            state.add_file(console)
+            state.guests.append(GuestState(name=f"lab{index}", index=index, ssh_port=port, lab_mac=lab_mac(index),
+                                           mgmt_mac=mgmt_mac(index), lab_address=lab_address(index),
+                                           console_log=str(console)))
+        write_known_hosts(keys, ports)
+        state.save()
+        _Booter(state, keys, kernel, opts, kvm, progress).boot_all()
+        inventory = opts.inventory
+        state.inventory = str(inventory)
+        state.add_file(inventory)
+        write_inventory(inventory, state, keys)
+        state.ready = True
+        state.save()
+    except BaseException:
+        progress("host", "stopping and removing what was started")
+        _teardown(state, progress)
+        raise
+    progress("host", f"lab of {opts.hosts} up in {progress.elapsed():.0f} s; inventory: {inventory}")
+    return state
