@@ -80,12 +80,10 @@ def test_downstream_file_over_ssh(pytester: pytest.Pytester, lab_host: HostConfi
     result.assert_outcomes(passed=2)
 
 
-def test_broken_provider_hook_applies_over_ssh(pytester: pytest.Pytester, lab_host: HostConfig,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_broken_provider_hook_applies_over_ssh(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
     """pytest_san_make_provider wraps the hil backend's providers too: the suite catches the bug there."""
-    monkeypatch.setenv("PYTHONPATH", str(TESTS.parent), prepend=":")
     inv = inventory(pytester.path / "lab.json", lab_host)
-    rules = _report(pytester, "--pyargs", "pytest_san.scenarios", "-p", "tests.examples.broken_provider",
+    rules = _report(pytester, "--pyargs", "pytest_san.scenarios", "-p", "pytest_san.examples.broken_provider",
                     "--san-backend=hil", f"--san-inventory={inv}")["rules"]
     assert isinstance(rules, dict)
     assert {rule for rule, counts in rules.items() if counts["failed"]} == {"R6", "R7"}

@@ -2,9 +2,9 @@
 
 It registers every RDMA descriptor READWRITE whatever the caller asked for, so a peer can write
 into read-only memory (R6) and read write-only memory (R7). Load it with ``-p`` to watch the
-conformance suite catch it::
+conformance suite catch it (exactly R6 and R7 fail, on any backend)::
 
-    pytest --pyargs pytest_san.scenarios -p tests.examples.broken_provider
+    pytest --pyargs pytest_san.scenarios -p pytest_san.examples.broken_provider
 """
 
 from __future__ import annotations
@@ -33,4 +33,4 @@ class AccessIgnoringProvider:
 
 
 def pytest_san_make_provider(config: pytest.Config, node: Node, provider: Provider) -> Provider:
-    return AccessIgnoringProvider(provider)  # type: ignore[return-value]
+    return AccessIgnoringProvider(provider)
