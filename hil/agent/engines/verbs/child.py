@@ -4,10 +4,11 @@
 
 First line out: ``{"id": 0, "result": hello}`` once the device is open, or ``{"id": 0, "error": ...}``
 and exit 2 when it cannot be (no RDMA device, no pyverbs, port down).
-Then each request ``{"id", "method", "params"}`` gets ``{"id", "result"}`` or
-``{"id", "error": {"code": <WSA code or null>, "kind", "message", "required_size"}}``.
-Bytes travel as ``{"$b": base64}``. On stdin EOF (or SIGTERM) everything is released explicitly
-and the process exits. Standard library + pyverbs, Python 3.9 compatible; runs as a script.
+Then each request ``{"id", "method", "params"}`` for one of ``hil.rpc.methods.CHILD`` gets
+``{"id", "result"}`` or ``{"id", "error": {"code": <WSA code or null>, "kind", "message", "required_size"}}``
+(``hil.rpc.errors``). Bytes travel as ``{"$b": base64}`` (``hil.rpc.framing``). On stdin EOF (or
+SIGTERM) everything is released explicitly and the process exits. Standard library + pyverbs,
+Python 3.9 compatible; runs as a script.
 """
 
 from __future__ import annotations
@@ -16,41 +17,27 @@ import argparse
 import os
 import signal
 import sys
-from typing import Any
+from collections.abc import Iterable
+from types import FrameType
+from typing import IO
 
 if __package__ in (None, ""):  # run as a script: make ``hil.agent.engines.verbs`` importable from the tree
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4)))
 
+from hil.rpc.errors import describe
 from hil.rpc.framing import decode, encode
-from pytest_san.contract import (
-    SanError,
-)
+from hil.rpc.methods import CHILD
 
 SYSFS = "/sys/class/infiniband"
-METHODS = frozenset((
-    "hello", "alloc", "free", "read", "write",
-    "socket_create", "socket_connect", "socket_state", "socket_peer_closed",
-    "register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
-    "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
-    "getsockopt", "registrations",
-    "supports_rdma_read", "op_wait", "op_done", "leaks", "reset", "exit",
-))
 
 
-def describe(exc: BaseException) -> dict[str, Any]:
-    if isinstance(exc, SanError):
-        return {"code": exc.code, "kind": "SanError", "message": exc.message or str(exc),
-                "required_size": exc.required_size}
-    return {"code": None, "kind": type(exc).__name__, "message": str(exc), "required_size": None}
-
-
-def _emit(out: Any, message: dict[str, Any]) -> None:
+def _emit(out: IO[bytes], message: dict[str, object]) -> None:
     out.write(encode(message))
     out.flush()
 
 
-def serve(proc: Any, inp: Any, out: Any) -> None:
-    """Answer requests until EOF or ``exit``."""
+def serve(proc: object, inp: Iterable[bytes], out: IO[bytes]) -> None:
+    """Answer requests to ``proc`` (a VerbsProcess) until EOF or ``exit``."""
     for line in inp:
         if not line.strip():
             continue
@@ -60,7 +47,7 @@ def serve(proc: Any, inp: Any, out: Any) -> None:
             rid = request.get("id")
             method = request["method"]
             params = request.get("params") or {}
-            if method not in METHODS:
+            if method not in CHILD:
                 raise LookupError(f"no method {method!r}")
             if method == "exit":
                 _emit(out, {"id": rid, "result": None})
@@ -83,8 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from hil.agent.engines.verbs.process import VerbsProcess
     except ImportError as exc:
-        _emit(out, {"id": 0, "error": {"code": None, "kind": "ImportError", "required_size": None,
-                                       "message": f"pyverbs not importable ({sys.executable}): {exc}"}})
+        _emit(out, {"id": 0, "error": describe(ImportError(f"pyverbs not importable ({sys.executable}): {exc}"))})
         return 2
     try:
         proc = VerbsProcess(args.device, port=args.port, gid_index=args.gid_index, mw_mode=args.mw_mode)
@@ -97,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         _emit(out, {"id": 0, "error": error})
         return 2
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, on_term)

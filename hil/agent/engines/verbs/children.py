@@ -19,11 +19,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NoReturn
 
 from hil.agent.engines.verbs.devices import NoRdmaDevice
+from hil.rpc.errors import rebuild
 from hil.rpc.framing import decode, encode
-from pytest_san.contract import SanError
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 
@@ -40,20 +41,10 @@ class ChildFailure(RuntimeError):
         super().__init__(f"{kind}: {message}")
 
 
-def raise_error(error: dict[str, Any]) -> None:
-    """Turn a child's error object into the exception it stands for."""
-    code = error.get("code")
-    message = error.get("message") or ""
-    if code is not None:
-        raise SanError(int(code), message, required_size=error.get("required_size"))
-    kind = error.get("kind") or "Error"
-    if kind == "TimeoutError":
-        raise TimeoutError(message)
-    if kind == "ValueError":
-        raise ValueError(message)
-    if kind == "TypeError":
-        raise TypeError(message)
-    raise ChildFailure(kind, message)
+def raise_error(error: Mapping[str, object]) -> NoReturn:
+    """Raise the exception a child's error object stands for (``hil.rpc.errors``): a SanError, a
+    TimeoutError, ValueError or TypeError as itself, anything else as a ChildFailure."""
+    raise rebuild(error, lambda kind, message, _trace: ChildFailure(kind, message))
 
 
 class ChildProcess:
@@ -127,11 +118,12 @@ class ChildProcess:
 
     reply_timeout = 120.0  # seconds a request may take (TCG guests are slow)
 
-    def call(self, method: str, **params: Any) -> Any:
-        """One request with keyword parameters; waits ``reply_timeout`` seconds for the reply."""
+    def call(self, method: str, **params: object) -> Any:
+        """One request with keyword parameters; waits ``reply_timeout`` seconds for the reply (the
+        child's result: decoded JSON, arbitrary until the caller reads it)."""
         return self.request(method, params, self.reply_timeout)
 
-    def request(self, method: str, params: dict[str, Any], reply_timeout: float | None) -> Any:
+    def request(self, method: str, params: Mapping[str, object], reply_timeout: float | None) -> Any:
         """One request; ``reply_timeout`` bounds the wait for the reply (None: forever)."""
         with self._lock:
             if not self.alive:
@@ -168,7 +160,7 @@ class ChildProcess:
         r = self.call("socket_create")
         return r["socket"], r["info"]
 
-    def socket_connect(self, socket: int, peer_info: dict[str, Any]) -> None:
+    def socket_connect(self, socket: int, peer_info: Mapping[str, object]) -> None:
         self.call("socket_connect", socket=socket, peer=peer_info)
 
     def op_wait(self, op_id: int, timeout: float | None = 10.0) -> dict[str, Any]:
@@ -215,5 +207,5 @@ class ChildProcess:
     def __enter__(self) -> ChildProcess:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
