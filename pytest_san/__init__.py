@@ -1,6 +1,6 @@
 """pytest-san: conformance testing of RDMA memory registration for SAN providers.
 
-The public names downstream tests use (SPEC.md section 5) are importable from here.
+The public names downstream tests use (CONTRACT.md section 5) are importable from here.
 """
 
 from .errors import SanError, WsaError
@@ -33,7 +33,7 @@ from .types import (
     Status,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it (dynamic = ["version"])
 
 __all__ = [
     "DO_DIRECT_IO", "FOUR_GIB", "PAGE_SIZE", "SO_MAX_RDMA_SIZE", "SO_RDMA_THRESHOLD_SIZE", "Access", "Backend",

@@ -1,4 +1,4 @@
-"""Winsock error codes and the exception every provider call raises (SPEC.md section 2).
+"""Winsock error codes and the exception every provider call raises (CONTRACT.md section 2).
 
 Both live in ``pytest_san.contract``, the one module of the contract's values; imported from here too.
 """

@@ -76,7 +76,7 @@ class Registration(Protocol):
 
 
 class Provider(Protocol):
-    """The SAN service provider's SPI extensions (SPEC.md section 2); it enforces R1-R14."""
+    """The SAN service provider's SPI extensions (CONTRACT.md section 2); it enforces R1-R14."""
 
     @property
     def supports_rdma_read(self) -> bool: ...

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 RULE_IDS: tuple[str, ...] = tuple(f"R{i}" for i in range(1, 15)) + tuple(f"P{i}" for i in range(1, 6))
-"""Every rule of the conformance catalog (SPEC.md section 3), in catalog order."""
+"""Every rule of the conformance catalog (CONTRACT.md section 3), in catalog order."""
 
 LEAK_RULE = "R11"
 """A registration or allocation left after close is evidence against this rule."""

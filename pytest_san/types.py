@@ -1,4 +1,4 @@
-"""Value types of the contract: completions, device descriptions, leaks (SPEC.md section 2); the
+"""Value types of the contract: completions, device descriptions, leaks (CONTRACT.md section 2); the
 flags, statuses and constants come from ``pytest_san.contract``."""
 
 from __future__ import annotations

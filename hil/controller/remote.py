@@ -77,7 +77,7 @@ class Session:
     """One agent's objects: wraps the references it returns, encodes what we send (``hil.rpc.codec``).
 
     The engine, not the controller, judges every argument, in its own order, so that bad input gets the
-    error it gets in-process (SPEC section 6): each argument is sent as itself where JSON carries it
+    error it gets in-process (CONTRACT.md section 4): each argument is sent as itself where JSON carries it
     faithfully, else as a stand-in that is equally not what the engine expects.
     """
 

@@ -2,7 +2,7 @@
 
 The file is an Ansible-style YAML inventory (``all`` -> ``children`` -> ``hosts``/``vars``), read with
 PyYAML alone so that the lab needs no Ansible installation; one-off hosts can be given as strings
-(``ssh://root@127.0.0.1:10022?engine=verbs``). ``inventory/README.md`` explains every key.
+(``ssh://root@127.0.0.1:10022?engine=verbs``). ``hil/inventory/examples/README.md`` explains every key.
 
 - :mod:`~hil.inventory.model`: :class:`HostConfig` (one host), :class:`Inventory` (a loaded file),
   :class:`InventoryError`, and the rule each value follows. Standard library only.

@@ -36,7 +36,7 @@ class InventoryError(ValueError):
 
 @dataclass(frozen=True)
 class HostConfig:
-    """One lab host, validated. Field <- inventory key: see ``inventory/README.md``."""
+    """One lab host, validated. Field <- inventory key: see ``hil/inventory/examples/README.md``."""
 
     name: str
     host: str  # ansible_host

@@ -12,7 +12,7 @@ or cannot carry travels tagged, encoded and decoded by :class:`Codec`:
   ``{"$dd": {field: value}}``           a DeviceDescription, field by field
 
 The contract's own enums (``Access``, ``CacheType``) travel as their int values. Arguments JSON would
-change reach the engine as stand-ins it refuses as it refuses them in-process (SPEC section 6). What is
+change reach the engine as stand-ins it refuses as it refuses them in-process (CONTRACT.md section 4). What is
 side-specific comes from small subclasses: which of a side's objects become references (:meth:`Codec.own`),
 what an object it cannot send becomes (:meth:`Codec.opaque`), how a reference resolves
 (:meth:`Codec.resolve`, :meth:`Codec.owner`, :meth:`Codec.buffer`), and the DeviceDescription class

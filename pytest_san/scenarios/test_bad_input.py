@@ -1,4 +1,4 @@
-"""Bad input (SPEC.md section 6): refused without changing anything, and never a transfer.
+"""Bad input (CONTRACT.md section 4): refused without changing anything, and never a transfer.
 
 A buffer of negative length, a malformed scatter list, values that only *equal* an access flag or an
 integer, a connect that fails half-way: each is refused -- a SanError with the contract's code (or a

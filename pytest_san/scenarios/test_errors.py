@@ -1,4 +1,4 @@
-"""R14: the error codes of SPEC.md section 2, each provoked and checked."""
+"""R14: the error codes of CONTRACT.md section 2, each provoked and checked."""
 
 from __future__ import annotations
 

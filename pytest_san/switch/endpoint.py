@@ -38,7 +38,7 @@ class _Outgoing:
 
 
 class Endpoint:
-    """A connected SAN socket driven by the switch. ``.socket .process .provider .proxy`` (SPEC 5)."""
+    """A connected SAN socket driven by the switch. ``.socket .process .provider .proxy`` (CONTRACT.md section 5)."""
 
     def __init__(self, conn: Connection, name: str, socket: Socket, process: Process) -> None:
         self.conn = conn

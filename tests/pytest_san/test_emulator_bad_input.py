@@ -1,4 +1,4 @@
-"""Bad input never makes the emulator break the rules it checks (issue 9, SPEC.md section 6).
+"""Bad input never makes the emulator break the rules it checks (issue 9, CONTRACT.md section 4).
 
 Each finding of the issue has a test here: a refused call leaves registrations, in-use marks, socket
 state and every byte as they were. The property-based fuzz (test_fuzz_spi.py) covers the whole class.

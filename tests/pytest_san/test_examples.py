@@ -1,4 +1,4 @@
-"""The plugin as downstream projects use it: a test file from SPEC.md section 5, and a broken provider."""
+"""The plugin as downstream projects use it: a test file from CONTRACT.md section 5, and a broken provider."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _run_suite(pytester: pytest.Pytester, *extra: str) -> dict[str, dict[str, in
 
 
 def test_broken_provider_fails_exactly_the_access_rules(pytester: pytest.Pytester) -> None:
-    """The shipped example (SPEC 5.1's binding name): importable from the installed package alone."""
+    """The shipped example (CONTRACT.md section 5's binding name): importable from the installed package alone."""
     rules = _run_suite(pytester, "-p", "pytest_san.examples.broken_provider")
     failing = {rule for rule, counts in rules.items() if counts["failed"]}
     assert failing == {"R6", "R7"}

@@ -9,7 +9,7 @@ connections, our own or stale descriptors, malformed descriptors, too many buffe
 pairs (including a receive too small), scribbles by the application on its own memory, and
 close_socket (with operations pending, and twice).
 
-The model below is written from SPEC.md (R1-R8, R11-R14) and the emulator's documented
+The model below is written from CONTRACT.md (R1-R8, R11-R14) and the emulator's documented
 semantics, not from its code. It knows which registrations are live with which reference count
 and how many pending operations use them, the state of every socket (connected / error /
 disconnected / closed), the operations still pending, the expected outcome of every call (an

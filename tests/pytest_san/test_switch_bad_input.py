@@ -1,4 +1,4 @@
-"""The switch is all or nothing (issue 9, SPEC.md section 6): a connect that fails releases what it built.
+"""The switch is all or nothing (issue 9, CONTRACT.md section 4): a connect that fails releases what it built.
 
 Run on the emulator, where every socket, registration and proxy allocation can be counted.
 """

@@ -1,4 +1,4 @@
-"""A downstream project's test, written only from SPEC.md section 5 (copied into a pytester dir)."""
+"""A downstream project's test, written only from CONTRACT.md section 5 (copied into a pytester dir)."""
 
 from pytest_san import Access, SanError, Status, WsaError
 

@@ -494,7 +494,7 @@ def test_r14_error_codes(spawn: Callable[..., host.ChildProcess]) -> None:
 
 @rdma
 def test_bad_input_is_refused_before_anything_changes(spawn: Callable[..., host.ChildProcess]) -> None:
-    """SPEC section 6 on the device: wrong types, negative lengths and malformed scatter lists are refused at
+    """CONTRACT.md section 4 on the device: wrong types, negative lengths and malformed scatter lists are refused at
     the call; nothing is registered, marked in use or moved, and the connection stays up."""
     a, b = spawn(), spawn()
     sa, sb = connect(a, b)
@@ -729,7 +729,7 @@ def test_proxy_pins_and_frees_memory() -> None:
 
 
 def test_proxy_refuses_what_is_not_an_integer() -> None:
-    """True and 1.0 compare equal to 1; a proxy that took them would pin memory for a typo (SPEC section 6)."""
+    """True and 1.0 compare equal to 1; a proxy that took them would pin memory for a typo (CONTRACT.md section 4)."""
     proxy = host.PinnedProxy("lab")
     for bad in (True, 1.0, "4096", None, -1):
         assert san_error(lambda: proxy.allocate(bad)).code == WsaError.WSAEINVAL  # noqa: B023

@@ -1,4 +1,4 @@
-"""Bad input on the hil path gets the error the emulator gives in-process (SPEC.md section 6).
+"""Bad input on the hil path gets the error the emulator gives in-process (CONTRACT.md section 4).
 
 Each case runs on the emulator in this process and on two emulator-engine agents behind the test
 sshd; the outcomes (exception type, SanError code, the argument a TypeError names, or the completion

@@ -1,6 +1,6 @@
 """Differential fuzz of the hil path: random SPI call sequences, good and bad input mixed, run on the
 in-process emulator and on two emulator-engine agents behind the test sshd, must give the same
-outcome at every step (SPEC.md section 6: the same errors on every backend).
+outcome at every step (CONTRACT.md section 4: the same errors on every backend).
 
 After every call both backends must agree on the registrations (kind, length, access, refs) of both
 sockets, the proxies' live allocations and the bytes of the application buffers; at the end every

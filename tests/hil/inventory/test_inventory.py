@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+import hil.inventory
 from hil.inventory import HostConfig, InventoryError, load_inventory, parse_host_string
 
-REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = Path(hil.inventory.__file__).resolve().with_name("examples")  # shipped as package data
 
 
 def write(tmp_path: Path, text: str, name: str = "lab.yaml") -> Path:
@@ -34,17 +35,17 @@ def fails(path: Path, *, check_files: bool = True) -> str:
 
 
 def test_lab_inventory_describes_two_soft_roce_guests() -> None:
-    inventory = load_inventory(REPO / "inventory" / "lab.yaml", check_files=False)
+    inventory = load_inventory(EXAMPLES / "lab.yaml", check_files=False)
     node1, node2 = inventory.select()
     assert (node1.host, node1.port, node2.host, node2.port) == ("127.0.0.1", 10022, "127.0.0.1", 10023)
     for node in (node1, node2):
         assert (node.user, node.engine, node.device, node.gid_index) == ("root", "verbs", "rxe0", 1)
-        assert node.key_file is not None and node.key_file.parent == REPO / "inventory" / ".lab"
-        assert node.known_hosts == REPO / "inventory" / ".lab" / "known_hosts"
+        assert node.key_file is not None and node.key_file.parent == EXAMPLES / ".lab"
+        assert node.known_hosts == EXAMPLES / ".lab" / "known_hosts"
 
 
 def test_local_inventory_is_one_local_emulator_loopback_host() -> None:
-    (host,) = load_inventory(REPO / "inventory" / "local.yaml").select()
+    (host,) = load_inventory(EXAMPLES / "local.yaml").select()
     assert (host.connection, host.engine, host.loopback) == ("local", "emulator", True)
 
 
