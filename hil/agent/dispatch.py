@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hil.rpc import framing as wire
-from hil.rpc.codec import Codec, ForeignInt, Opaque, object_id
+from hil.rpc.codec import Codec, ForeignInt, Opaque, buffer_ref, object_id, object_ref, referenced
 from hil.rpc.errors import ProtocolError, describe
 from hil.rpc.methods import OBJECTS
 from pytest_san.types import DeviceDescription
@@ -71,12 +71,11 @@ class Registry:
             self._next += 1
             self._objects[oid] = obj
             self._ids[id(obj)] = oid
-        return {"$o": oid, "type": self.kind_of(obj)}
+        return object_ref(oid, self.kind_of(obj))
 
     def pin(self, obj: object) -> None:
         """``obj`` keeps its id across resets (engine, nodes, providers, proxies)."""
-        self.ref(obj)
-        self.pinned.add(self._ids[id(obj)])
+        self.pinned.add(referenced(self.ref(obj)))
 
     def get(self, oid: int) -> object:
         """The object of ``oid``: an engine object, whatever its kind."""
@@ -108,7 +107,7 @@ class EngineCodec(Codec):
         if hasattr(value, "status") and hasattr(value, "bytes"):
             return {"status": value.status.value, "bytes": value.bytes}
         if hasattr(value, "process") and hasattr(value, "address") and hasattr(value, "length"):
-            return {"$buf": [self.registry.ref(value.process)["$o"], value.address, value.length]}
+            return buffer_ref(referenced(self.registry.ref(value.process)), value.address, value.length)
         if hasattr(value, "refs") and hasattr(value, "kind"):
             return {"kind": value.kind, "address": value.address, "length": value.length,
                     "access": int(value.access), "refs": value.refs}

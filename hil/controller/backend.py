@@ -11,6 +11,7 @@ from hil.controller.errors import AgentError
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
 from hil.controller.remote import RemoteNode, RemoteProcess, RemoteSocket, Session
 from hil.inventory import HostConfig
+from hil.rpc.codec import referenced
 from hil.transport import Transport, open_transport
 from pytest_san.protocols import Backend, Faults, Node, Process, Provider, Proxy, Socket
 from pytest_san.types import Leak
@@ -40,7 +41,7 @@ class Agent:
             raise
         self.session = Session(self.client)
         hello = self.client.hello
-        self.engine = hello["engine_ref"]["$o"]
+        self.engine = referenced(hello["engine_ref"])
         self.capabilities = frozenset(hello["capabilities"])
         self.nodes = [self.session.obj(n["node"], RemoteNode, n["name"], n["provider"], n["proxy"])
                       for n in hello["nodes"]]
@@ -49,9 +50,8 @@ class Agent:
             for node in self.nodes:
                 node.proxy = wrap_proxy(node, node.proxy)
                 node.provider = wrap_provider(node, node.provider)
-        self.session.pinned = {self.engine, *(n["node"]["$o"] for n in hello["nodes"]),
-                               *(n["provider"]["$o"] for n in hello["nodes"]),
-                               *(n["proxy"]["$o"] for n in hello["nodes"])}
+        self.session.pinned = {self.engine, *(referenced(n[part]) for n in hello["nodes"]
+                                              for part in ("node", "provider", "proxy"))}
 
     def call(self, method: str, *args: object) -> Any:
         """A method of the agent's engine: its answer as the agent sent it (decoded JSON: arbitrary)."""

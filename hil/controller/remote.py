@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from hil.controller.client import AgentClient
-from hil.rpc.codec import Codec
+from hil.rpc.codec import Codec, buffer_fields, buffer_ref, object_ref, referenced
 from pytest_san.burst import DEPTH, BurstProvider
 from pytest_san.protocols import (
     Allocation,
@@ -57,13 +57,13 @@ class StandInCodec(Codec):
 
     def own(self, value: object) -> Encoded:
         if isinstance(value, RemoteBuffer):
-            fields = [self.encode(value.address), self.encode(value.length)]
+            address, length = self.encode(value.address), self.encode(value.length)
             if value.process.session is self.session:
-                return {"$buf": [value.process.oid, *fields]}
+                return buffer_ref(value.process.oid, address, length)
             # Another host's memory: a buffer of a process the engine does not know (WSAEFAULT there).
-            return {"$fbuf": [value.process.session.client.host.name, *fields]}
+            return buffer_ref(value.process.session.client.host.name, address, length, foreign=True)
         if isinstance(value, Remote) and value.session is self.session:
-            return {"$o": value.oid}
+            return object_ref(value.oid)
         return None
 
 
@@ -92,7 +92,7 @@ class Session:
         return self.client.call(oid, method, *[self.codec.encode(a) for a in args], timeout=timeout)
 
     def obj(self, ref: Ref, factory: Callable[..., R], *extra: object) -> R:
-        oid = ref["$o"]
+        oid = referenced(ref)
         found = self._objects.get(oid)
         if found is None:
             found = factory(self, oid, *extra)
@@ -107,7 +107,7 @@ class Session:
         self._objects = {k: v for k, v in self._objects.items() if k in self.pinned}
 
     def buffer(self, ref: Ref) -> RemoteBuffer:
-        oid, address, length = ref["$buf"]
+        oid, address, length = buffer_fields(ref)
         process = self._objects[oid]
         assert isinstance(process, RemoteProcess)
         return RemoteBuffer(process, address, length)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hil.rpc.errors import ProtocolError
@@ -65,6 +66,26 @@ def shown(value: object) -> str:
     except Exception as exc:  # a broken __repr__ must not break the call
         text = f"<{type(value).__name__} object (repr failed: {type(exc).__name__})>"
     return text[:200]
+
+
+def object_ref(oid: int, kind: str | None = None) -> dict[str, Encoded]:
+    """``{"$o": oid}``; the agent's answers name the object's kind too (``"type"``)."""
+    return {"$o": oid} if kind is None else {"$o": oid, "type": kind}
+
+
+def buffer_ref(owner: Encoded, address: Encoded, length: Encoded, *, foreign: bool = False) -> dict[str, Encoded]:
+    """``{"$buf": [process id, address, length]}``, or ``{"$fbuf": [host, ...]}`` for another host's buffer."""
+    return {"$fbuf" if foreign else "$buf": [owner, address, length]}
+
+
+def referenced(ref: Mapping[str, Any]) -> Any:
+    """The id in a reference the agent answered (``object_ref``): as sent."""
+    return ref["$o"]
+
+
+def buffer_fields(ref: Mapping[str, Any]) -> Any:
+    """[process id, address, length] of a buffer reference the agent answered (``buffer_ref``): as sent."""
+    return ref["$buf"]
 
 
 def object_id(value: object) -> int:
