@@ -1,9 +1,12 @@
 """The verbs engine: a real SAN provider on pyverbs, run by the agent on a lab host.
 
-Standard library + pyverbs only, Python 3.9 compatible, and no import of pytest_san: the agent
-copies only itself to the host. ``process`` runs inside one child OS process per modelled process
-(its own Context/PD/CQ); ``child`` is that child's main loop; ``host`` runs in the agent's main
-process (device selection, spawning children, the pinned-memory proxy).
+Standard library + pyverbs + ``pytest_san.contract`` (the contract's values, pushed with the agent),
+Python 3.9 compatible. In the agent's main process: ``engine`` (what the agent dispatches to),
+``devices`` (device, port and GID selection), ``children`` (one child OS process per modelled
+process, and its client), ``proxy`` and ``physical`` (the pinned-memory proxy driver; ``host``
+re-exports these four). In each child: ``child`` (its request loop) and ``process`` (``VerbsProcess``,
+assembled from ``memory``, ``sockets``, ``registrations``, ``operations`` and ``completions`` over the
+shared tables of ``state``); ``enums`` and ``libc`` wrap pyverbs' constants and the C library.
 """
 
 from __future__ import annotations
