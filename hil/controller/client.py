@@ -7,7 +7,7 @@ import itertools
 import json
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from hil.transport import Channel, Transport, TransportError
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
 
-__all__ = ["AgentClient", "AgentError", "HostBusy", "agent_bundle", "push_agent"]
+__all__ = ["AgentClient", "AgentError", "HostBusy", "Outcome", "agent_bundle", "push_agent"]
 
 ROOT = Path(__file__).resolve().parents[2]  # where hil/ and pytest_san/ sit side by side
 
@@ -41,6 +41,9 @@ def push_agent(transport: Transport) -> tuple[str, str]:
     return transport.push(files, name="pytest-san-agent"), content_hash
 
 
+Outcome = tuple[bool, Any]
+"""(True, a reply's result: decoded JSON, arbitrary) or (False, the exception its error stands for)."""
+
 MAX_NOISE_LINES = 1000  # output before the hello that is skipped (a login or interpreter printing)
 MAX_NOISE_BYTES = 1 << 20
 
@@ -54,6 +57,10 @@ class AgentClient:
         self.transport = transport
         self.call_timeout = call_timeout
         self._ids = itertools.count(1)
+        self._unread: list[tuple[int, str]] = []  # (request id, method) written, reply not yet read
+        self.round_trips = 0
+        """Times the controller waited for this agent's replies (pipelined requests answered together count
+        once): machine-independent, unlike the time they took."""
         directory, self.content_hash = push_agent(transport)
         argv = [*host.python_argv, f"{directory}/hil/agent/__main__.py", "--engine", host.engine,
                 "--host", host.name, "--hash", self.content_hash,
@@ -142,9 +149,8 @@ class AgentClient:
             raise self._out_of_step(f"waiting for {what}, the agent sent {shown}: protocol out of step")
         return reply
 
-    def call(self, obj: int, method: str, *args: Encoded, timeout: float | None = None) -> Any:
-        """``method`` of the agent's object ``obj`` with encoded arguments (``hil.rpc.codec``): its result,
-        as the agent sent it (JSON, bytes as bytes: arbitrary), or the exception its error stands for."""
+    def send(self, obj: int, method: str, args: Sequence[Encoded]) -> int:
+        """Write one request without waiting for its reply: its request id (``collect`` reads the reply)."""
         if self.dead:
             raise AgentError(f"{self.where}: agent is gone ({self.dead})")
         rid = next(self._ids)
@@ -154,10 +160,38 @@ class AgentClient:
         except TransportError as exc:
             self.dead = str(exc)
             raise AgentError(f"{self.where}: cannot reach the agent: {exc}") from None
-        reply = self._reply(rid, timeout or self.call_timeout, f"{method} (request {rid})")
-        if "error" in reply:
-            raise _error(reply["error"], self.where)
-        return reply["result"]
+        self._unread.append((rid, method))
+        return rid
+
+    def collect(self, timeout: float | None = None) -> list[Outcome]:
+        """The replies to every request sent and not yet read, in order: one round trip, however many
+        requests were pipelined. Each outcome is (True, result) or (False, the exception its error stands
+        for); an agent that fails to answer raises AgentError (it is dead then)."""
+        pending, self._unread = self._unread, []
+        if not pending:
+            return []
+        self.round_trips += 1
+        out: list[Outcome] = []
+        for rid, method in pending:
+            reply = self._reply(rid, timeout or self.call_timeout, f"{method} (request {rid})")
+            out.append((False, _error(reply["error"], self.where)) if "error" in reply else (True, reply["result"]))
+        return out
+
+    def call_many(self, requests: Sequence[tuple[int, str, Sequence[Encoded]]],
+                  timeout: float | None = None) -> list[Outcome]:
+        """Pipelined requests (obj, method, encoded args): all written, then all replies read (one round
+        trip). The agent answers them in order, each as if called alone."""
+        for obj, method, args in requests:
+            self.send(obj, method, args)
+        return self.collect(timeout)
+
+    def call(self, obj: int, method: str, *args: Encoded, timeout: float | None = None) -> Any:
+        """``method`` of the agent's object ``obj`` with encoded arguments (``hil.rpc.codec``): its result,
+        as the agent sent it (JSON, bytes as bytes: arbitrary), or the exception its error stands for."""
+        ok, value = self.call_many([(obj, method, args)], timeout)[-1]
+        if not ok:
+            raise value
+        return value
 
     def close(self) -> None:
         """Closing the agent's stdin makes it release everything and exit."""
