@@ -62,6 +62,67 @@ class TestResult:
                    reason=str(data.get("reason", "")))
 
 
+@dataclasses.dataclass
+class ModelResult:
+    """What ``pytest --pyargs pytest_san.model`` found (the report's ``"model"`` section, SPEC 5.1).
+
+    ``divergences`` are as ``pytest_san.model`` renders them (dicts with the shrunk steps); ``costs``
+    holds each run's cost line; under pytest-xdist the controller merges every worker's runs.
+    """
+
+    backend: str
+    sequences: int = 0
+    steps: int = 0
+    divergences: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    seeds: list[int] = dataclasses.field(default_factory=list)
+    differential: bool = False
+    seconds: float = 0.0
+    costs: list[str] = dataclasses.field(default_factory=list)
+    alternatives: dict[str, int] = dataclasses.field(default_factory=dict)  # documented alternative -> steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "sequences": self.sequences, "steps": self.steps,
+                "divergences": list(self.divergences), "seeds": list(self.seeds), "differential": self.differential,
+                "seconds": round(self.seconds, 3), "costs": list(self.costs),
+                "alternatives": dict(sorted(self.alternatives.items()))}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelResult:
+        return cls(str(data.get("backend", "")), int(data.get("sequences", 0)), int(data.get("steps", 0)),
+                   list(data.get("divergences", ())), [int(s) for s in data.get("seeds", ())],
+                   bool(data.get("differential", False)), float(data.get("seconds", 0.0)),
+                   [str(c) for c in data.get("costs", ())],
+                   {str(k): int(v) for k, v in dict(data.get("alternatives", {})).items()})
+
+    def merge(self, other: ModelResult) -> None:
+        self.backend = self.backend or other.backend
+        self.sequences += other.sequences
+        self.steps += other.steps
+        self.divergences += other.divergences
+        self.seeds += other.seeds
+        self.differential = self.differential or other.differential
+        self.seconds += other.seconds
+        self.costs += other.costs
+        for name, count in other.alternatives.items():
+            self.alternatives[name] = self.alternatives.get(name, 0) + count
+
+    def lines(self) -> list[tuple[str, bool]]:
+        """The terminal summary's lines: (line, is a divergence)."""
+        mode = " (differential, against a fresh emulator)" if self.differential else ""
+        seeds = ", ".join(str(s) for s in self.seeds)
+        out = [(f"model on {self.backend or '(none)'}{mode}: {self.sequences} sequences, {self.steps} steps, "
+                f"{len(self.divergences)} divergence(s); seed {seeds} (replay: --san-model-seed)", False)]
+        out += [(f"  cost: {cost}", False) for cost in self.costs]
+        if self.alternatives:
+            met = ", ".join(f"{name} {count}" for name, count in sorted(self.alternatives.items()))
+            out.append((f"  documented alternatives expected (steps): {met}", False))
+        for div in self.divergences:
+            out.append((f"  divergence ({div.get('kind')}, seed {div.get('seed')} sequence {div.get('sequence')}): "
+                        f"{div.get('side')}: {div.get('message')}", True))
+            out += [(f"  {line}", True) for line in div.get("steps", ())]
+        return out
+
+
 class ConformanceReport:
     """Per-test outcomes with their rule ids; renders the JSON dict and the terminal table."""
 
@@ -69,6 +130,14 @@ class ConformanceReport:
         self.backend = backend
         self.capabilities: set[str] = set(capabilities)
         self.tests: list[TestResult] = []
+        self.model: ModelResult | None = None  # set once pytest_san.model ran
+
+    def record_model(self, result: ModelResult) -> None:
+        """Add a model run's result (each run of the model test adds its own)."""
+        if self.model is None:
+            self.model = result
+        else:
+            self.model.merge(result)
 
     def record(self, nodeid: str, rules: Iterable[str], outcome: Outcome, reason: str = "", *,
                leaked: bool = False) -> TestResult:
@@ -93,17 +162,22 @@ class ConformanceReport:
         return table
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "backend": self.backend,
             "capabilities": sorted(self.capabilities),
             "rules": self.counts(),
             "tests": [test.to_dict() for test in self.tests],
         }
+        if self.model is not None:
+            data["model"] = self.model.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConformanceReport:
         report = cls(str(data.get("backend", "")), data.get("capabilities", ()))
         report.tests = [TestResult.from_dict(test) for test in data.get("tests", ())]
+        if data.get("model") is not None:
+            report.model = ModelResult.from_dict(data["model"])
         return report
 
     def merge(self, other: ConformanceReport) -> None:
@@ -114,6 +188,8 @@ class ConformanceReport:
         self.backend = self.backend or other.backend
         self.capabilities |= other.capabilities
         self.tests.extend(other.tests)
+        if other.model is not None:
+            self.record_model(other.model)
 
     def table_lines(self) -> list[tuple[str, bool]]:
         """The terminal table: (line, has failures) pairs; rules no test exercised are left out."""

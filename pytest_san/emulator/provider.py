@@ -87,24 +87,29 @@ class EmulatedProvider:
 
     def _register(self, sock: EmulatedSocket, buffer: EmulatedBuffer, access: Access, kind: str,
                   table: dict[int, EmulatedRegistration]) -> EmulatedRegistration:
+        if type(buffer) is EmulatedBuffer:
+            address, length, owner = buffer.address, buffer.length, buffer._process
+        else:
+            address, length, owner = _buffer_fields(buffer, "buffer")
+        process = sock._process
+        if owner is not process:
+            # Refused before the flags are looked at, as the verbs provider does (another process's address
+            # means nothing in the caller's verbs process): a call with several faults answers the same everywhere.
+            raise SanError(WsaError.WSAEFAULT, f"a buffer of pid {getattr(owner, 'pid', owner)!r:.40} is not in "
+                                               f"the address space of pid {process.pid}")
         # Exactly the ints (or Access values) 1, 2, 3: True and 1.0 hash like 1 but are no flags.
         acc = _ACCESS.get(access) if type(access) is Access or type(access) is int else None
         if acc is None:
             raise SanError(WsaError.WSAEINVAL, f"access flags {access!r:.80} are not READ, WRITE or READWRITE")
         if sock.state is not _CONNECTED:
             raise SanError(WsaError.WSAENOTCONN, f"{sock!r} is not connected")
-        if type(buffer) is EmulatedBuffer:
-            address, length, owner = buffer.address, buffer.length, buffer._process
-        else:
-            address, length, owner = _buffer_fields(buffer, "buffer")
         if type(address) is not int or type(length) is not int or length <= 0:
             address, length = _range(address, length, "buffer")
             if length == 0:
                 raise SanError(WsaError.WSAEFAULT, "an empty buffer cannot be registered")
         # The range is looked up in the caller's own address space, never trusted from the object.
-        process = sock._process
         mem, offset = process.resolve(address, length)
-        if mem is None or owner is not process:
+        if mem is None:
             raise SanError(WsaError.WSAEFAULT, f"{length} bytes at {address:#x} are not wholly inside "
                            f"the address space of pid {process.pid}")
         key = (kind, address, length, int(acc))

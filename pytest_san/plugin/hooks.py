@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from ..report import LEAK_RULE, ConformanceReport, Outcome, catalog_order, is_rule_id, worse
+from ..report import LEAK_RULE, ConformanceReport, ModelResult, Outcome, catalog_order, is_rule_id, worse
 from .backends import backend_entry_points, load_backend_plugin
 from .options import DEFAULT_BACKEND
 
@@ -283,6 +283,11 @@ class ReportRecorder:
             self.config.stash[REPORT_KEY].merge(ConformanceReport.from_dict(data))
 
 
+def record_model(config: pytest.Config, result: ModelResult) -> None:
+    """pytest_san.model's test hands its run's result to the report (the ``"model"`` section)."""
+    config.stash[REPORT_KEY].record_model(result)
+
+
 # --- session end ----------------------------------------------------------------------------
 
 def report_path(config: pytest.Config) -> Path | None:
@@ -319,6 +324,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     terminalreporter.write_line(report.header_line())
     for line, failed in report.table_lines():
         terminalreporter.write_line(line, red=failed)
+    if report.model is not None:
+        for line, failed in report.model.lines():
+            terminalreporter.write_line(line, red=failed)
     path = report_path(config)
     if path is not None:
         terminalreporter.write_line(f"report written to {path}")

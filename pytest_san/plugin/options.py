@@ -21,6 +21,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("san_backend", f"default for --san-backend (else {DEFAULT_BACKEND!r})",
                   default=DEFAULT_BACKEND)
 
+    # The reference model (pytest --pyargs pytest_san.model): its budget, its seed, differential mode.
+    group.addoption("--san-model-sequences", metavar="N", type=int, default=None,
+                    help="pytest_san.model: random SPI sequences to run (default 100)")
+    group.addoption("--san-model-steps", metavar="N", type=int, default=None,
+                    help="pytest_san.model: steps per sequence (default 40)")
+    group.addoption("--san-model-deadline", metavar="SECONDS", type=float, default=None,
+                    help="pytest_san.model: start no new sequence after SECONDS (default: no deadline)")
+    group.addoption("--san-model-seed", metavar="N", type=int, default=None,
+                    help="pytest_san.model: the seed to draw sequences from (every run prints its own: replay it)")
+    group.addoption("--san-model-differential", action="store_true", default=False,
+                    help="pytest_san.model: also run every sequence on a fresh emulator and compare the two "
+                         "step by step")
+    group.addoption("--san-model-checks", choices=("auto", "all", "touched"), default="auto",
+                    help="pytest_san.model: check everything after every step (all), or only what the step could "
+                         "change and everything at the end of a sequence (touched); auto: all on the emulator")
+
     # Lab hosts (--san-backend=hil).
     group.addoption("--san-inventory", metavar="PATH", default=None,
                     help="lab inventory (Ansible-style YAML) for --san-backend=hil")

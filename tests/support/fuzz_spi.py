@@ -506,8 +506,8 @@ class SpiFuzz(RuleBasedStateMachine):
         if s is not None and not clean and rnd.random() < 0.1:
             proc = rnd.randrange(len(self.procs))
         buffer, loc, bad = self._register_target(rnd, proc, clean, s.proc if s is not None else proc)
-        if s is not None and proc != s.proc:
-            bad = bad or "foreign"
+        if s is not None and proc != s.proc and bad != "junk":
+            bad = "foreign"  # another process's buffer is refused first (WSAEFAULT), whatever else is wrong
         access, access_ok = self._access(rnd, clean)
         size: Any = None
         size_fault = None

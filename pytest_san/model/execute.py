@@ -1,0 +1,324 @@
+"""One backend running a sequence: each step called through the public API, judged against the model.
+
+After every step the checks compare the backend's state with the model's: ``registrations(socket)``
+(kind, range, access, references), each proxy's live allocations (R12: one per live registration),
+every byte of the buffers (guards included), each socket's ``connected``/``closed``, and that
+operations the model holds pending are still pending. With ``full`` checks (the emulator: every call
+is cheap) all of it after every step; otherwise (a lab: every call is a round trip) only what the step
+could change (``Expect.touched``), and all of it when the sequence ends, with ``backend.leaks()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from ..contract import VALID_ACCESS, Access, SanError
+from ..protocols import PendingOperation, Provider, Socket
+from .reference import Model
+from .state import Expect, KeyValue, Touched
+from .steps import Close, Deregister, Reconnect, Register, Scribble, Step, Transfer, View, pattern
+from .world import World
+
+
+@dataclasses.dataclass
+class Problem:
+    category: str  # call, key, completion, pending, registrations, proxy, bytes, state, leaks, crash, differ
+    message: str
+
+
+@dataclasses.dataclass
+class Seen:
+    """What one backend answered to one step, and what was wrong with it."""
+
+    expect: Expect
+    call: str = ""  # skipped | handle | descriptor | operation | done | a WSA code's name | an exception
+    done: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> its completion
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+
+    def problem(self, category: str, message: str) -> None:
+        self.problems.append(Problem(category, message))
+
+    def answer(self) -> tuple[str, tuple[tuple[int, str], ...]]:
+        """What two backends' answers are compared by (differential mode)."""
+        return self.call, tuple(sorted(self.done.items()))
+
+
+@dataclasses.dataclass
+class Cost:
+    """Seconds spent, to print the cost per step and per sequence."""
+
+    setup: float = 0.0  # connecting, rewriting buffers
+    calls: float = 0.0
+    checks: float = 0.0
+    finish: float = 0.0  # closing, the final checks
+    steps: int = 0
+
+
+def _outcome(step: Step, result: object) -> str:
+    if isinstance(result, SanError):
+        return result.code.name
+    if isinstance(result, BaseException):
+        return f"{type(result).__name__}: {result}"
+    if isinstance(step, Register):
+        return "handle" if step.kind == "memory" else "descriptor"
+    return "operation" if isinstance(step, Transfer) else "done"
+
+
+_RETURNS = {"handle": "a handle", "descriptor": "a descriptor", "op": "a pending operation", "none": "it to return"}
+
+
+class Side:
+    """``world``'s backend running sequences; ``alts``: the documented alternatives it may take."""
+
+    def __init__(self, name: str, world: World, alts: frozenset[str], *, full: bool, timeout: float = 30.0) -> None:
+        self.name = name
+        self.world = world
+        self.alts = alts
+        self.full = full
+        self.timeout = timeout
+        self.model: Model | None = None
+        self.socks: dict[int, Socket] = {}
+        self.nodes_of: dict[int, int] = {}  # socket -> the index of its node
+        self.ops: dict[int, PendingOperation] = {}
+        self.cost = Cost()
+
+    def start(self) -> Model:
+        """Connect the sequence's sockets, rewrite the buffers; a fresh model."""
+        t0 = time.perf_counter()
+        self.ops, self.socks, self.nodes_of = {}, {}, {}
+        for slot in range(len(self.world.plan.slots)):
+            self._connect(slot, (2 * slot, 2 * slot + 1))
+        desc_size = self.world.probe(self.socks[0])
+        self.world.fresh_bytes()
+        self.world.forget_bytes()  # known again when the sequence ends as the model says
+        self.model = Model(self.world.plan, self.alts, desc_size)
+        self.cost.setup += time.perf_counter() - t0
+        return self.model
+
+    def _connect(self, slot: int, ids: tuple[int, int]) -> None:
+        plan = self.world.plan
+        self.socks[ids[0]], self.socks[ids[1]] = self.world.connect(slot)
+        for sock_id, proc in zip(ids, plan.slots[slot], strict=True):
+            self.nodes_of[sock_id] = plan.nodes[proc]
+
+    def _provider(self, sock: int) -> Provider:
+        return self.world.nodes[self.nodes_of[sock]].provider
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def run(self, step: Step) -> Seen:
+        model = self.model
+        assert model is not None
+        closes = model.closes(step) if isinstance(step, Reconnect) else []
+        seen = Seen(model.apply(step))
+        if seen.expect.skip:
+            seen.call = "skipped"
+            return seen
+        t0 = time.perf_counter()
+        result: object
+        try:
+            result = self._call(step, closes)
+        except Exception as exc:  # judged below: an error code the model expects, or a problem
+            result = exc
+        self._judge(step, seen, result)
+        t1 = time.perf_counter()
+        self.check(seen, full=self.full)
+        self.cost.calls += t1 - t0
+        self.cost.checks += time.perf_counter() - t1
+        self.cost.steps += 1
+        return seen
+
+    def _call(self, step: Step, closes: list[int]) -> object:
+        model, world = self.model, self.world
+        assert model is not None
+        if isinstance(step, Register):
+            access: Any = Access(step.access) if step.access in VALID_ACCESS else step.access
+            provider, sock = self._provider(step.sock), self.socks[step.sock]
+            buffer = world.buffer(step.view, step.shape)
+            if step.kind == "memory":
+                return provider.register_memory(sock, buffer, access)
+            return provider.register_rdma_memory(sock, buffer, access, step.size)
+        if isinstance(step, Deregister):
+            provider, sock = self._provider(step.sock), self.socks[step.sock]
+            value: Any = model.value(step.key)
+            if step.kind == "memory":
+                provider.deregister_memory(sock, value)
+            else:
+                provider.deregister_rdma_memory(sock, value)
+            return None
+        if isinstance(step, Transfer):
+            provider, sock = self._provider(step.sock), self.socks[step.sock]
+            entries: Any = [(world.buffer(view), model.value(key)) for view, key in step.entries]
+            if step.kind == "rdma_write":
+                return provider.rdma_write(sock, entries, model.value(step.desc), step.offset)  # type: ignore[arg-type]
+            if step.kind == "rdma_read":
+                return provider.rdma_read(sock, entries, model.value(step.desc), step.offset)  # type: ignore[arg-type]
+            return provider.send(sock, entries) if step.kind == "send" else provider.recv(sock, entries)
+        if isinstance(step, Scribble):
+            pi, bi, off, n = step.view
+            world.bufs[pi][bi].write(pattern(step.seed, n), off)
+            return None
+        if isinstance(step, Close):
+            self._provider(step.sock).close_socket(self.socks[step.sock])
+            return None
+        assert isinstance(step, Reconnect)
+        for sock_id in closes:
+            self._provider(sock_id).close_socket(self.socks[sock_id])
+        self._connect(step.slot, step.socks)
+        return None
+
+    def _judge(self, step: Step, seen: Seen, result: object) -> None:
+        exp = seen.expect
+        seen.call = _outcome(step, result)
+        if exp.raises:
+            if not (isinstance(result, SanError) and result.code.name in exp.raises):
+                seen.problem("call", f"answered {seen.call}, expected {' or '.join(sorted(exp.raises))}")
+        elif isinstance(result, BaseException):
+            category = "call" if isinstance(result, SanError | TypeError | ValueError) else "crash"
+            seen.problem(category, f"answered {seen.call}, expected {_RETURNS[exp.returns]}")
+        elif isinstance(step, Register):
+            self._key(step, seen, result)
+        elif isinstance(step, Transfer):
+            self.ops[step.op] = result  # type: ignore[assignment]
+        self._completions(seen)
+
+    def _key(self, step: Register, seen: Seen, key: object) -> None:
+        model, exp = self.model, seen.expect
+        assert model is not None
+        if step.kind == "memory" and not (isinstance(key, int) and not isinstance(key, bool)):
+            seen.problem("key", f"register_memory returned {key!r}, not a handle (an int)")
+            return
+        if step.kind == "rdma" and not (isinstance(key, bytes) and 0 < len(key) <= model.desc_size):
+            seen.problem("key", f"register_rdma_memory returned {key!r}, not a descriptor of at most "
+                                f"{model.desc_size} bytes")
+            return
+        value: KeyValue = key  # type: ignore[assignment]
+        if exp.same is not None and exp.same.key != value:  # R13
+            seen.problem("key", f"returned {value!r}, but the same registration is live as {exp.same.key!r} (R13)")
+        if exp.fresh is not None:
+            sock = model.socks[step.sock]
+            clash = [r for r in sock.regs.values() if r is not exp.fresh and r.kind == step.kind and r.key == value]
+            if clash:
+                seen.problem("key", f"returned {value!r}, already the key of another live registration")
+        model.bind(step, value)
+
+    def _completions(self, seen: Seen) -> None:
+        for op_id, (statuses, nbytes) in seen.expect.done.items():
+            op = self.ops.pop(op_id, None)
+            if op is None:
+                continue  # its call did not return an operation: a problem already
+            want = " or ".join(sorted(s.name for s in statuses)) + (f" {nbytes} bytes" if nbytes else "")
+            try:
+                done = op.wait(self.timeout)
+            except Exception as exc:
+                seen.done[op_id] = "still pending" if isinstance(exc, TimeoutError) else repr(exc)
+                seen.problem("completion", f"operation of step op#{op_id}: {seen.done[op_id]}, expected {want}")
+                continue
+            seen.done[op_id] = done.status.name + (f" {done.bytes} bytes" if done.bytes else "")
+            if done.status not in statuses or done.bytes != nbytes:
+                seen.problem("completion", f"operation op#{op_id}: {seen.done[op_id]}, expected {want}")
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def check(self, seen: Seen, *, full: bool) -> None:
+        model = self.model
+        assert model is not None
+        touched = seen.expect.touched
+        everyone = [s for s in model.socks]
+        for sock_id in everyone if full else sorted(touched.registrations):
+            self._registrations(seen, sock_id)
+        for node in range(len(self.world.nodes)) if full else sorted(touched.nodes):
+            live = self.world.nodes[node].proxy.live_allocations()
+            want = self.world.baseline[node] + model.live_registrations(node)
+            if live != want:
+                seen.problem("proxy", f"proxy of node {node}: {live} live allocations, the model has {want} "
+                                      "(one per live registration, R12)")
+        for pi, bi in sorted(model.data) if full else sorted(touched.buffers):
+            self._bytes(seen, pi, bi)
+        for sock_id in everyone if full else sorted(touched.states):
+            self._state(seen, sock_id, closed_too=full or model.socks[sock_id].state == "closed")
+        for op_id, mop in sorted(model.ops.items()):
+            if (full or mop.sock.id in touched.pending) and op_id in self.ops and self.ops[op_id].done():
+                seen.problem("pending", f"op#{op_id} ({mop.kind} on s{mop.sock.id}) completed "
+                                        f"{self.ops[op_id].wait(0)}, the model holds it pending")
+
+    def _registrations(self, seen: Seen, sock_id: int) -> None:
+        model = self.model
+        assert model is not None
+        msock = model.socks[sock_id]
+        try:
+            regs = self._provider(sock_id).registrations(self.socks[sock_id])
+        except SanError as exc:  # a closed socket holds nothing, whichever way the provider says so
+            if msock.state != "closed":
+                seen.problem("registrations", f"registrations(s{sock_id}) raised {exc!r}")
+            return
+        real = sorted((r.kind, r.address, r.length, int(r.access), r.refs) for r in regs)
+        want = sorted((r.kind, self._address(r.view), r.view[3], r.access, r.refs) for r in msock.regs.values())
+        if real != want:
+            seen.problem("registrations", f"registrations of s{sock_id}: the provider has {real}, the model {want}")
+
+    def _address(self, view: View) -> int:
+        return int(self.world.bufs[view[0]][view[1]].address) + view[2]
+
+    def _bytes(self, seen: Seen, pi: int, bi: int) -> None:
+        assert self.model is not None
+        want = bytes(self.model.data[pi, bi])
+        real = self.world.bufs[pi][bi].read()
+        if real != want:
+            diff = [i for i in range(len(want)) if i >= len(real) or real[i] != want[i]]
+            seen.problem("bytes", f"p{pi}/b{bi}: bytes {diff} differ from the model: {real.hex()} != {want.hex()}")
+
+    def _state(self, seen: Seen, sock_id: int, *, closed_too: bool) -> None:
+        assert self.model is not None
+        state, sock = self.model.socks[sock_id].state, self.socks[sock_id]
+        if sock.connected != (state == "connected"):
+            seen.problem("state", f"s{sock_id}: connected={state != 'connected'}, the model says {state}")
+        if closed_too and sock.closed != (state == "closed"):
+            seen.problem("state", f"s{sock_id}: closed={state != 'closed'}, the model says {state}")
+
+    # -- the end of a sequence -------------------------------------------------------------------
+
+    def finish(self) -> Seen:
+        """Check everything, close every open socket, check that nothing is left (R11)."""
+        model = self.model
+        assert model is not None
+        t0 = time.perf_counter()
+        seen = Seen(Expect())
+        if not self.full:  # what the steps did not look at: every open socket's registrations and state
+            opened = {s.id for s in model.open_sockets()}
+            seen.expect.touched = Touched(registrations=opened, states=opened,
+                                          nodes=set(range(len(self.world.nodes))))
+            self.check(seen, full=False)
+        for sock_id, exp in model.close_all():
+            closing = Seen(exp)
+            try:
+                self._provider(sock_id).close_socket(self.socks[sock_id])
+            except Exception as exc:
+                closing.problem("call", f"close_socket(s{sock_id}) raised {exc!r}")
+            self._completions(closing)
+            seen.problems += closing.problems
+        if not seen.problems:
+            seen.expect.touched = Touched(buffers=set(model.data), nodes=set(range(len(self.world.nodes))))
+            self.check(seen, full=self.full)
+            leaks = [str(leak) for leak in self.world.backend.leaks()]
+            if leaks:
+                seen.problem("leaks", "still alive after every socket was closed (R11): " + "; ".join(leaks))
+        if not seen.problems:
+            self.world.data = {key: bytes(value) for key, value in model.data.items()}
+        self.cost.finish += time.perf_counter() - t0
+        return seen
+
+    def abandon(self) -> bool:
+        """After a divergence: close whatever is open. False: something is left (reset the backend)."""
+        for sock_id, sock in self.socks.items():
+            try:
+                if not sock.closed:
+                    self._provider(sock_id).close_socket(sock)
+            except Exception:  # best effort: the backend is reset if anything is left
+                continue
+        try:
+            return not self.world.backend.leaks()
+        except Exception:
+            return False

@@ -1,0 +1,189 @@
+"""The reference model: what a provider must answer to each step, written from SPEC.md, not from a provider.
+
+``Model.apply(step)`` returns what it expects (state.Expect: an error code at the call, or the call's
+result and the operations that complete, with statuses and byte counts) and moves the model on, as
+if the backend answered so; ``bind`` tells it the key a register call returned. The model knows the
+live registrations with their reference counts and users (R3, R11-R13), every socket's state (R4),
+the pending operations and every byte of every buffer, so a checker compares all of it after a step.
+
+Where the contract leaves the choice open (a call with several faults) the model accepts any of the
+codes; where a backend takes a documented alternative (alternatives.py) it expects that instead.
+"""
+
+from __future__ import annotations
+
+from ..contract import VALID_ACCESS, Status
+from .state import Expect, KeyValue, MReg, MSock
+from .steps import Close, Deregister, Key, Plan, Reconnect, Register, Scribble, Step, Transfer, initial_bytes, pattern
+from .transfers import TransferModel
+
+
+class Model(TransferModel):
+    """One sequence's expectations, on a backend whose documented alternatives are ``alts``."""
+
+    def __init__(self, plan: Plan, alts: frozenset[str], desc_size: int) -> None:
+        super().__init__(alts, desc_size)
+        self.plan = plan
+        self.data = {(p, b): bytearray(initial_bytes(p, b)) for p in range(len(plan.nodes)) for b in range(2)}
+        self.slots: list[tuple[MSock, MSock]] = [self._connect(i, (2 * i, 2 * i + 1)) for i in range(len(plan.slots))]
+
+    def _connect(self, slot: int, ids: tuple[int, int]) -> tuple[MSock, MSock]:
+        pa, pb = self.plan.slots[slot]
+        a = MSock(ids[0], pa, self.plan.nodes[pa], slot)
+        b = MSock(ids[1], pb, self.plan.nodes[pb], slot)
+        a.peer, b.peer = b, a
+        self.socks[a.id], self.socks[b.id] = a, b
+        return a, b
+
+    def value(self, key: object) -> KeyValue | None:
+        """What ``key`` is in this run: the value its register step returned (malformed by ``cut``), or junk."""
+        assert key is None or isinstance(key, Key)
+        if key is None:
+            return None
+        if key.reg is None:
+            return key.junk
+        found = self.keys.get(key.reg)
+        if found is None or not key.cut or not isinstance(found, bytes):
+            return found
+        return found[:-key.cut] if key.cut > 0 else found + b"\0" * -key.cut
+
+    # -- a step --------------------------------------------------------------------------------
+
+    def apply(self, step: Step) -> Expect:
+        self.exp = Expect()
+        if isinstance(step, Register):
+            self._register(step)
+        elif isinstance(step, Deregister):
+            self._deregister(step)
+        elif isinstance(step, Transfer):
+            self.transfer(step)
+        elif isinstance(step, Scribble):
+            pi, bi, off, n = step.view
+            self.data[pi, bi][off:off + n] = pattern(step.seed, n)
+            self.exp.touched.buffers.add((pi, bi))
+        elif isinstance(step, Close):
+            s = self.socks.get(step.sock)
+            if s is None:
+                self.exp.skip = "it names a socket no step of this sequence made"
+            else:
+                self._close(s)
+        else:
+            self._reconnect(step)
+        return self.exp
+
+    def _register(self, step: Register) -> None:
+        ex = self.exp
+        s = self.socks.get(step.sock)
+        if s is None:
+            ex.skip = "it names a socket no step of this sequence made"
+            return
+        ex.touched.registrations.add(s.id)
+        errors = set()
+        if s.state == "closed":
+            errors.add("WSAENOTSOCK")
+        elif s.state != "connected":
+            errors.add("WSAENOTCONN")
+        if step.access not in VALID_ACCESS:
+            errors.add("WSAEINVAL")
+        if step.kind == "rdma" and step.size is not None and step.size < self.desc_size:
+            errors.add("WSAEFAULT")  # the descriptor-size probe (R14)
+        if step.shape != "range" or step.view[0] != s.proc:  # R5: never another process's memory
+            errors.add("WSAEFAULT")
+        if errors:
+            ex.raises = frozenset(errors)
+            return
+        ex.returns = "handle" if step.kind == "memory" else "descriptor"
+        reg = s.regs.get((step.kind, step.view, step.access))
+        if reg is not None:  # R13: the same registration, one more reference
+            reg.refs += 1
+            ex.same = reg
+            assert reg.key is not None
+            self.keys[step.reg] = reg.key
+        else:
+            reg = MReg(step.kind, step.view, step.access, s, step.reg)
+            s.regs[step.kind, step.view, step.access] = reg
+            ex.fresh = reg
+            ex.touched.nodes.add(s.node)  # R12: the proxy pins one more allocation
+        self.regs[step.reg] = reg
+
+    def bind(self, step: Register, key: KeyValue) -> None:
+        """A register call returned ``key``: later steps naming ``step.reg`` use it."""
+        reg = self.regs[step.reg]
+        if reg.key is None:
+            reg.key = key
+        self.keys[step.reg] = reg.key
+
+    def _deregister(self, step: Deregister) -> None:
+        ex = self.exp
+        s = self.socks.get(step.sock)
+        value = self.value(step.key)
+        if s is None or value is None:
+            ex.skip = "it names a socket or handle no step of this sequence made"
+            return
+        owner = self.regs[step.key.reg].sock if step.key.reg is not None else s
+        ex.touched.registrations |= {s.id, owner.id}  # another socket's key must not touch that socket (R1)
+        if s.state == "closed":
+            ex.raises = frozenset({"WSAENOTSOCK"})
+            return
+        reg = s.live(step.kind, value)
+        if reg is None or reg.users:  # R3, R13: unknown, or in use by a pending operation
+            ex.raises = frozenset({"WSAEINVAL"})
+            return
+        reg.refs -= 1
+        if not reg.refs:
+            reg.live = False
+            del s.regs[reg.kind, reg.view, reg.access]
+            ex.touched.nodes.add(s.node)  # R12: the proxy frees it
+
+    def _close(self, s: MSock) -> None:
+        ex = self.exp
+        assert s.peer is not None
+        ex.touched.registrations.add(s.id)
+        if s.state == "closed":
+            ex.raises = frozenset({"WSAENOTSOCK"})
+            return
+        if s.regs:
+            ex.touched.nodes.add(s.node)
+        self._flush(s, Status.ABORTED)  # R11: pending operations complete ABORTED
+        peer = s.peer
+        if peer.state in ("connected", "error"):
+            peer.state = "disconnected"
+            ex.touched.states.add(peer.id)
+            self._flush(peer, Status.CONNECTION_RESET)
+        s.state = "closed"
+        ex.touched.states.add(s.id)
+        for reg in s.regs.values():  # R11: the provider released every registration
+            reg.live = False
+        s.regs.clear()
+
+    def _reconnect(self, step: Reconnect) -> None:
+        if any(i in self.socks for i in step.socks):
+            self.exp.skip = "its sockets exist already"
+            return
+        for s in self.slots[step.slot]:
+            if s.state != "closed":
+                self._close(s)
+        self.slots[step.slot] = self._connect(step.slot, step.socks)
+        self.exp.touched.states |= set(step.socks)
+
+    # -- what a checker compares -----------------------------------------------------------------
+
+    def closes(self, step: Reconnect) -> list[int]:
+        """The sockets a Reconnect step closes (call before ``apply``)."""
+        return [s.id for s in self.slots[step.slot] if s.state != "closed"]
+
+    def live_registrations(self, node: int) -> int:
+        """R12: the proxy pins one allocation per live distinct registration."""
+        return sum(len(s.regs) for s in self.socks.values() if s.node == node)
+
+    def open_sockets(self) -> list[MSock]:
+        return [s for s in self.socks.values() if s.state != "closed"]
+
+    def close_all(self) -> list[tuple[int, Expect]]:
+        """Close every socket still open (the end of a sequence): (socket, expectation) for each."""
+        out = []
+        for s in self.open_sockets():
+            self.exp = Expect()
+            self._close(s)
+            out.append((s.id, self.exp))
+        return out

@@ -1,0 +1,231 @@
+"""A model run: seeded sequences within a budget, divergences shrunk, the cost measured.
+
+Sequence ``k`` of seed ``S`` draws every choice from ``random.Random(f"{S}/{k}")`` and starts from
+fresh sockets and the same buffer bytes, so ``--san-model-seed S`` replays a run. In differential
+mode every step also runs on a fresh in-process emulator with the same processes and connections,
+and where the model expects the same of both, their answers must be the same too.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..protocols import Backend
+from .alternatives import active
+from .divergence import Divergence, listing, step_kind
+from .execute import Cost, Problem, Seen, Side
+from .generate import Generator
+from .shrink import shrink
+from .steps import Step
+from .world import World
+
+MAX_DIVERGENCES = 5  # distinct ones: then the run stops (each costs a shrink)
+
+
+@dataclasses.dataclass
+class Budget:
+    sequences: int = 100
+    steps: int = 40
+    deadline: float | None = None  # seconds: no new sequence starts after it
+    seed: int | None = None  # None: a random one (printed)
+    differential: bool = False
+    checks: str = "auto"  # auto (all on the emulator, else touched) | all | touched
+    shrink_replays: int | None = None  # None: 200 on the emulator, 40 elsewhere
+
+
+@dataclasses.dataclass
+class Summary:
+    backend: str
+    seed: int
+    differential: bool
+    sequences: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    divergences: list[Divergence] = dataclasses.field(default_factory=list)
+    cost: Cost = dataclasses.field(default_factory=Cost)
+    alternatives: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "sequences": self.sequences, "steps": self.steps,
+                "divergences": [d.to_dict() for d in self.divergences], "seeds": [self.seed],
+                "differential": self.differential, "seconds": round(self.seconds, 3),
+                "alternatives": dict(sorted(self.alternatives.items()))}
+
+    def cost_line(self) -> str:
+        c, n, k = self.cost, max(self.steps, 1), max(self.sequences, 1)
+        return (f"{self.sequences} sequences, {self.steps} steps in {self.seconds:.1f} s: "
+                f"{self.seconds / k:.2f} s a sequence (connecting {c.setup / k:.2f} s, closing and final checks "
+                f"{c.finish / k:.2f} s), {1000 * (c.calls + c.checks) / n:.1f} ms a step "
+                f"(calls {1000 * c.calls / n:.1f} ms, checks {1000 * c.checks / n:.1f} ms)")
+
+
+Outcome = tuple[int | None, str, Problem]  # (step index or None for the end, side, problem)
+
+
+class ModelRun:
+    """Model-check ``backend`` (``pytest_san.model``'s test calls ``run``)."""
+
+    def __init__(self, backend: Backend, budget: Budget, *,
+                 reference: Callable[[int], Backend] | None = None, log: Callable[[str], None] = print) -> None:
+        self.backend = backend
+        self.budget = budget
+        self.log = log
+        self.seed = budget.seed if budget.seed is not None else random.SystemRandom().getrandbits(32)
+        self.alts = active(backend.capabilities)
+        self.full = budget.checks == "all" or (budget.checks == "auto" and backend.name == "emulator")
+        self.slow = "verbs" in backend.capabilities
+        self.world = World(backend)
+        self.reference = reference
+        if budget.differential and reference is None:
+            from ..emulator import EmulatorBackend  # the in-process emulator, unwrapped
+            self.reference = EmulatorBackend
+        self.names = [backend.name] + (["reference emulator" if backend.name == "emulator" else "emulator"]
+                                       if budget.differential else [])
+        self.summary = Summary(backend.name, self.seed, budget.differential)
+
+    def _sides(self) -> list[Side]:
+        # The emulator completes inside the call: waiting long for it would only delay the report.
+        wait = 2.0 if self.backend.name == "emulator" else 30.0
+        sides = [Side(self.names[0], self.world, self.alts, full=self.full, timeout=wait)]
+        if self.reference is not None:
+            ref = World(self.reference(len(self.world.nodes)), self.world.plan)
+            sides.append(Side(self.names[1], ref, frozenset(), full=True, timeout=2.0))
+        return sides
+
+    def run(self) -> Summary:
+        t0 = time.monotonic()
+        until = None if self.budget.deadline is None else t0 + self.budget.deadline
+        summary = self.summary
+        for k in range(self.budget.sequences):
+            if until is not None and time.monotonic() > until:
+                self.log(f"san model: deadline reached after {k} sequences")
+                break
+            self._sequence(k, until)
+            summary.sequences += 1
+            if len(summary.divergences) >= MAX_DIVERGENCES:
+                self.log(f"san model: {MAX_DIVERGENCES} distinct divergences: stopping")
+                break
+        summary.seconds = time.monotonic() - t0
+        return summary
+
+    # -- one sequence ----------------------------------------------------------------------------
+
+    def _sequence(self, k: int, until: float | None) -> None:
+        sides = self._sides()
+        model = sides[0].start()
+        for side in sides[1:]:
+            side.start()
+        gen = Generator(model, random.Random(f"{self.seed}/{k}"), slow=self.slow)
+        steps: list[Step] = []
+        outcome: Outcome | None = None
+        for i in range(self.budget.steps):
+            steps.append(gen.next())
+            outcome = self._step(sides, steps[-1], i, alternatives=self.summary.alternatives)
+            self.summary.steps += 1
+            if outcome is not None:
+                break
+        if outcome is None:
+            outcome = self._finish(sides)
+        self.summary.cost = _add(self.summary.cost, sides[0].cost)
+        if outcome is None:
+            return
+        self._cleanup(sides)
+        self._diverged(k, steps, outcome, until)
+
+    def _step(self, sides: Sequence[Side], step: Step, index: int, seens: list[list[Seen]] | None = None,
+              alternatives: collections.Counter[str] | None = None) -> Outcome | None:
+        seen = [side.run(step) for side in sides]
+        if seens is not None:
+            seens.append(seen)
+        if alternatives is not None:  # the documented alternatives the backend was expected to take
+            alternatives.update(seen[0].expect.alternatives)
+        for side, answer in zip(sides, seen, strict=True):
+            if answer.problems:
+                return index, side.name, answer.problems[0]
+        if len(seen) == 2 and seen[0].expect.summary() == seen[1].expect.summary():
+            a, b = seen[0].answer(), seen[1].answer()
+            if a != b:
+                return index, "both", Problem("differ", f"{sides[0].name} answered {_show(a)}, "
+                                                        f"{sides[1].name} answered {_show(b)}")
+        return None
+
+    def _finish(self, sides: Sequence[Side]) -> Outcome | None:
+        for side in sides:
+            seen = side.finish()
+            if seen.problems:
+                return None, side.name, seen.problems[0]
+        return None
+
+    def _cleanup(self, sides: Sequence[Side]) -> None:
+        """After a divergence: close everything; if anything is left, reset the backend, new processes."""
+        if not sides[0].abandon():
+            self.log("san model: the backend kept something after a divergence: resetting it")
+            self.backend.reset()
+            self.world = World(self.backend)
+        self.world.forget_bytes()
+
+    # -- a divergence ----------------------------------------------------------------------------
+
+    def _replay(self, steps: Sequence[Step], seens: list[list[Seen]] | None = None) -> Outcome | None:
+        sides = self._sides()
+        for side in sides:
+            side.start()
+        for i, step in enumerate(steps):
+            outcome = self._step(sides, step, i, seens)
+            if outcome is not None:
+                self._cleanup(sides)
+                return outcome
+        outcome = self._finish(sides)
+        if outcome is not None:
+            self._cleanup(sides)
+        return outcome
+
+    @staticmethod
+    def _signature(steps: Sequence[Step], outcome: Outcome) -> tuple[str, str, str]:
+        index, side, problem = outcome
+        return side, problem.category, step_kind(steps[index] if index is not None else None)
+
+    def _diverged(self, k: int, steps: list[Step], outcome: Outcome, until: float | None) -> None:
+        index, side, problem = outcome
+        signature = self._signature(steps, outcome)
+        kind = signature[2]
+        if any(d.signature == signature for d in self.summary.divergences):
+            self.log(f"san model: sequence {k}: again {side}: {problem.category} after a {kind} step")
+            return
+        self.log(f"san model: sequence {k}: {side}: {problem.message}; shrinking {len(steps)} steps")
+        if index is not None:
+            steps = steps[:index + 1]
+
+        def same(candidate: list[Step]) -> bool:
+            got = self._replay(candidate)
+            return got is not None and self._signature(candidate, got) == signature
+
+        replays = self.budget.shrink_replays
+        if replays is None:
+            replays = 200 if self.backend.name == "emulator" and not self.budget.differential else 60
+        small = shrink(steps, same, budget=replays, until=until)
+        seens: list[list[Seen]] = []
+        final = self._replay(small, seens)
+        if final is None or self._signature(small, final) != signature:  # flaky: show the unshrunk steps
+            small, seens = steps, []
+            final = self._replay(small, seens) or outcome
+        index, side, problem = final
+        div = Divergence("differential" if side == "both" else "model", self.seed, k, side, problem,
+                         step_kind(small[index] if index is not None else None), small)
+        div.lines = listing(self.world.plan, small, seens, self.names, index, problem)
+        self.summary.divergences.append(div)
+        self.log(div.render())
+
+
+def _add(a: Cost, b: Cost) -> Cost:
+    return Cost(*(getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(Cost)))
+
+
+def _show(answer: tuple[str, tuple[tuple[int, str], ...]]) -> str:
+    call, done = answer
+    return call + (" (" + ", ".join(f"op#{op} {status}" for op, status in done) + ")" if done else "")

@@ -1,0 +1,111 @@
+"""The reference model's records (registrations, sockets, pending operations) and what it expects of a step."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..contract import Status
+from .steps import View
+
+KeyValue = int | bytes
+"""A handle (int) or descriptor (bytes) as one backend returned it."""
+
+Statuses = frozenset[Status]
+
+
+@dataclasses.dataclass(eq=False)
+class MReg:
+    """A registration (live or, once released, stale)."""
+
+    kind: str  # "memory" | "rdma"
+    view: View
+    access: int
+    sock: MSock
+    rid: int  # the register step that made it: later steps name its key Key(reg=rid)
+    key: KeyValue | None = None  # bound when the backend returned it
+    refs: int = 1
+    users: int = 0  # pending operations using it
+    live: bool = True
+
+
+@dataclasses.dataclass(eq=False)
+class MOp:
+    """A pending operation (or, on a backend with an in-order send queue, a queued RDMA transfer)."""
+
+    id: int
+    kind: str
+    sock: MSock
+    views: list[View]
+    regs: list[MReg]
+    nic_bad: bool = False  # a handle only the NIC can refuse: it fails when the NIC reaches it
+    desc: bytes = b""
+    offset: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v[3] for v in self.views)
+
+
+@dataclasses.dataclass(eq=False)
+class MSock:
+    id: int
+    proc: int
+    node: int
+    slot: int
+    state: str = "connected"  # connected | error | disconnected | closed
+    peer: MSock | None = None
+    regs: dict[tuple[str, View, int], MReg] = dataclasses.field(default_factory=dict)
+    recvs: list[MOp] = dataclasses.field(default_factory=list)  # posted receives not yet matched
+    sq: list[MOp] = dataclasses.field(default_factory=list)  # sends waiting for a receive, and what queues behind
+    dead_peer: bool = False  # the peer went to error without telling this end (local-error-breaks-local-end)
+
+    def live(self, kind: str, key: object) -> MReg | None:
+        """The live registration of ``kind`` whose key is ``key`` (by value: a backend may reuse keys)."""
+        for reg in self.regs.values():
+            if reg.kind == kind and type(reg.key) is type(key) and reg.key == key:
+                return reg
+        return None
+
+    def has(self, kind: str, need: int) -> bool:
+        return any(r.kind == kind and r.access & need for r in self.regs.values())
+
+    def pending(self) -> list[MOp]:
+        return [*self.recvs, *self.sq]
+
+    def __repr__(self) -> str:
+        return f"s{self.id}({self.state})"
+
+
+@dataclasses.dataclass
+class Touched:
+    """What a step could change: what a remote backend checks after it (each check is a round trip)."""
+
+    buffers: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # a transfer could write
+    registrations: set[int] = dataclasses.field(default_factory=set)  # sockets (register, deregister, close)
+    states: set[int] = dataclasses.field(default_factory=set)  # sockets whose state the step changed
+    pending: set[int] = dataclasses.field(default_factory=set)  # sockets whose pending operations could complete
+    nodes: set[int] = dataclasses.field(default_factory=set)  # proxies whose live count changed
+
+
+@dataclasses.dataclass
+class Expect:
+    """What the model expects of one step.
+
+    ``raises``: the error codes (names) one of which the call must raise; empty: it returns (``returns``
+    says what). ``done``: the operations that complete in this step, each with the statuses accepted and
+    its byte count. ``same``: the live registration whose key a register call must return again (R13).
+    """
+
+    skip: str = ""
+    raises: frozenset[str] = frozenset()
+    returns: str = "none"  # none | handle | descriptor | op
+    done: dict[int, tuple[Statuses, int]] = dataclasses.field(default_factory=dict)
+    same: MReg | None = None
+    fresh: MReg | None = None  # a new registration: its key is bound to it
+    alternatives: set[str] = dataclasses.field(default_factory=set)
+    touched: Touched = dataclasses.field(default_factory=Touched)
+
+    def summary(self) -> tuple[object, ...]:
+        """What two backends' models must agree on for their answers to be compared (differential mode)."""
+        done = sorted((op, tuple(sorted(s.name for s in statuses)), n) for op, (statuses, n) in self.done.items())
+        return self.skip != "", self.raises, self.returns, tuple(done)

@@ -1,0 +1,284 @@
+"""The reference model's data transfers: RDMA, messages, the send queue, and what an error breaks.
+
+Written from SPEC.md (R1-R8, R11, R14) and the verbs semantics the emulator follows: a handle is
+checked like an lkey in its socket's table, a descriptor names a window of the peer's socket, an
+error completion moves the connection to error and flushes its pending operations (ABORTED). A send
+waits for the peer's receive and reads its source when it is delivered, as an RC QP re-reads it on
+RNR retry. Where a backend takes a documented alternative (alternatives.py), ``self.alts`` holds its id.
+"""
+
+from __future__ import annotations
+
+from ..contract import MAX_SGE, Access, Status
+from . import alternatives as alt
+from .state import Expect, KeyValue, MOp, MReg, MSock
+from .steps import Transfer, View
+
+R, W = int(Access.READ), int(Access.WRITE)
+S = Status
+
+
+class TransferModel:
+    """The state every part of the model shares, the transfer rules, and what completes and breaks."""
+
+    def __init__(self, alts: frozenset[str], desc_size: int) -> None:
+        self.alts = alts
+        self.desc_size = desc_size
+        self.data: dict[tuple[int, int], bytearray] = {}
+        self.socks: dict[int, MSock] = {}
+        self.keys: dict[int, KeyValue] = {}  # register step id -> the key it returned
+        self.regs: dict[int, MReg] = {}  # register step id -> the registration it made (or referenced)
+        self.ops: dict[int, MOp] = {}  # pending operations by step op id
+        self.exp = Expect()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _on(self, name: str) -> bool:
+        return name in self.alts
+
+    def _gather(self, views: list[View]) -> bytes:
+        return b"".join(bytes(self.data[v[0], v[1]][v[2]:v[2] + v[3]]) for v in views)
+
+    def _scatter(self, views: list[View], payload: bytes) -> None:
+        pos = 0
+        for pi, bi, off, n in views:
+            n = min(n, len(payload) - pos)
+            if n <= 0:
+                break
+            self.data[pi, bi][off:off + n] = payload[pos:pos + n]
+            self.exp.touched.buffers.add((pi, bi))
+            pos += n
+
+    def _complete(self, op: MOp, statuses: set[Status], nbytes: int = 0) -> None:
+        for reg in op.regs:
+            reg.users -= 1
+        op.regs = []
+        self.ops.pop(op.id, None)
+        self.exp.done[op.id] = (frozenset(statuses), nbytes)
+
+    def _flush(self, s: MSock, status: Status) -> None:
+        for op in s.pending():
+            self._complete(op, {status})
+        s.recvs.clear()
+        s.sq.clear()
+
+    def _fail(self, s: MSock) -> None:
+        """``s`` goes to error: what is pending on it is flushed."""
+        if s.state == "connected":
+            s.state = "error"
+            self.exp.touched.states.add(s.id)
+            self._flush(s, S.ABORTED)
+
+    def _break(self, s: MSock, *, local: bool = False) -> None:
+        """An error completion on ``s``: both ends go to error, or (``local``, on verbs) only this one."""
+        self._fail(s)
+        peer = s.peer
+        assert peer is not None
+        if not local:
+            self._fail(peer)
+        elif peer.state == "connected":
+            self.exp.alternatives.add(alt.LOCAL_BREAK)
+            if peer.sq:  # a send waiting for our receive: the transport's retries run out
+                self._complete(peer.sq.pop(0), {S.CONNECTION_RESET})
+                self._fail(peer)
+            else:
+                peer.dead_peer = True
+
+    def _known_in_process(self, s: MSock, value: KeyValue) -> bool:
+        """A handle of another open socket of the same process (the verbs provider refuses it itself)."""
+        return any(t.live("memory", value) is not None for t in self.socks.values()
+                   if t.proc == s.proc and t is not s and t.state != "closed")
+
+    def _local(self, s: MSock, entries: list[tuple[View, KeyValue]], need: int) -> tuple[str, list[MReg]]:
+        """"ok", "refused" (the provider refuses the entries at once: R1, R3, R6-R8) or "nic" (a handle
+        unknown to the process, which only the NIC checks), and the registrations the good entries use."""
+        regs: list[MReg] = []
+        nic = False
+        for (pi, bi, off, n), value in entries:
+            reg = s.live("memory", value)
+            if pi != s.proc:
+                return "refused", []
+            if reg is None:
+                if self._on(alt.LKEY_STATUS) and not self._known_in_process(s, value):
+                    nic = True
+                    continue
+                return "refused", []
+            rpi, rbi, roff, rn = reg.view
+            if not reg.access & need or (pi, bi) != (rpi, rbi) or off < roff or off + n > roff + rn:
+                return "refused", []
+            regs.append(reg)
+        return ("nic" if nic else "ok"), regs
+
+    def _window_buffer(self, desc: bytes) -> tuple[int, int] | None:
+        for reg in self.regs.values():
+            if reg.kind == "rdma" and reg.key == desc:
+                return reg.view[0], reg.view[1]
+        return None
+
+    # -- a transfer step --------------------------------------------------------------------------
+
+    def transfer(self, step: Transfer) -> None:
+        ex = self.exp
+        s = self.socks.get(step.sock)
+        entries = [(view, self.value(key)) for view, key in step.entries]
+        rdma = step.kind.startswith("rdma")
+        desc = self.value(step.desc) if step.desc is not None else b""
+        if s is None or desc is None or any(value is None for _, value in entries):
+            ex.skip = "it names a socket, handle or descriptor no step of this sequence made"
+            return
+        pairs = [(view, value) for view, value in entries if value is not None]
+        assert s.peer is not None and isinstance(desc, bytes)
+        ex.touched.pending |= {s.id, s.peer.id}
+        views = [view for view, _ in pairs]
+        if step.kind == "rdma_write":
+            window = self._window_buffer(desc)
+            ex.touched.buffers |= {window} if window else set()
+        elif step.kind != "send":
+            ex.touched.buffers |= {(v[0], v[1]) for v in views}
+        errors = set()
+        if s.state == "closed":
+            errors.add("WSAENOTSOCK")
+        elif s.state != "connected":
+            errors.add("WSAENOTCONN")
+        if len(pairs) > MAX_SGE:
+            errors.add("WSAEINVAL")
+        if rdma and len(desc) != self.desc_size:
+            errors.add("WSAEINVAL")
+        if self._on(alt.FOREIGN_BUFFER) and s.state != "closed" and any(v[0] != s.proc for v in views):
+            if not errors:
+                ex.alternatives.add(alt.FOREIGN_BUFFER)
+            errors.add("WSAEFAULT")
+        if errors:
+            ex.raises = frozenset(errors)
+            return
+        ex.returns = "op"
+        op = MOp(step.op, step.kind, s, views, [], desc=desc, offset=step.offset)
+        write_like = step.kind in ("rdma_write", "send")
+        verdict, regs = self._local(s, pairs, R if write_like else W)
+        if rdma and not pairs and self._on(alt.ZERO_RDMA):
+            self._zero_rdma(op)
+        elif verdict == "refused":  # R1, R3, R6, R7, R8 on the local side
+            self._complete(op, {S.LOCAL_PROTECTION})
+            self._break(s, local=self._on(alt.LOCAL_BREAK))
+        else:
+            op.nic_bad, op.regs = verdict == "nic", regs
+            for reg in regs:
+                reg.users += 1
+            self._post(op)
+
+    def _zero_rdma(self, op: MOp) -> None:
+        """Nothing to move: the verbs provider completes it at once, checked against the stated range."""
+        self.exp.alternatives.add(alt.ZERO_RDMA)
+        stated = next((r.view[3] for r in self.regs.values() if r.kind == "rdma" and r.key == op.desc), None)
+        if stated is not None and 0 <= op.offset <= stated:
+            self._complete(op, {S.SUCCESS})
+        else:
+            self._complete(op, {S.ACCESS_VIOLATION})
+            self._break(op.sock, local=True)
+
+    def _post(self, op: MOp) -> None:
+        s = op.sock
+        if op.kind == "recv":
+            if op.nic_bad:
+                self.exp.alternatives.add(alt.LKEY_RECEIVE)
+            s.recvs.append(op)
+            self.ops[op.id] = op
+            assert s.peer is not None
+            self._drain(s.peer)
+            return
+        if op.kind != "send" and not (s.sq and self._on(alt.RC_QUEUE_ORDER)):
+            self._run_rdma(op)
+            return
+        if op.kind != "send":
+            self.exp.alternatives.add(alt.RC_QUEUE_ORDER)
+        s.sq.append(op)
+        self.ops[op.id] = op
+        self._drain(s)
+
+    def _drain(self, s: MSock) -> None:
+        """Run ``s``'s send queue from its head while it can: a send needs a receive of the peer."""
+        while s.sq and s.state == "connected":
+            head = s.sq[0]
+            if head.kind != "send":
+                self._run_rdma(s.sq.pop(0))
+                continue
+            if s.dead_peer:
+                s.sq.pop(0)
+                self._complete(head, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION} if head.nic_bad
+                               else {S.CONNECTION_RESET})
+                self._fail(s)
+                return
+            if head.nic_bad:  # the NIC fails to read the source
+                s.sq.pop(0)
+                self.exp.alternatives.add(alt.LKEY_STATUS)
+                self._complete(head, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION})
+                self._break(s, local=self._on(alt.LOCAL_BREAK))
+                return
+            peer = s.peer
+            assert peer is not None
+            if not peer.recvs or peer.state != "connected":
+                return
+            s.sq.pop(0)
+            self._deliver(head, peer.recvs.pop(0))
+
+    def _run_rdma(self, op: MOp) -> None:
+        s, peer = op.sock, op.sock.peer
+        assert peer is not None
+        self.ops.pop(op.id, None)
+        write = op.kind == "rdma_write"
+        if s.dead_peer:  # the request goes out to a QP in error: no answer, the retries run out
+            nic_first = op.nic_bad and write
+            self._complete(op, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION} if nic_first else {S.CONNECTION_RESET})
+            self._fail(s)
+            return
+        # The responder checks the window: bound to this connection (R2), registered (R3), the right
+        # access (R6, R7) and in bounds (R8).
+        win = peer.live("rdma", op.desc)
+        remote_ok = (win is not None and bool(win.access & (W if write else R)) and op.offset >= 0
+                     and op.offset + op.nbytes <= win.view[3])
+        if op.nic_bad and (write or remote_ok):
+            self.exp.alternatives.add(alt.LKEY_STATUS)
+            self._complete(op, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION})
+            self._break(s, local=self._on(alt.LOCAL_BREAK))
+            return
+        if not remote_ok:
+            if op.nic_bad:
+                self.exp.alternatives.add(alt.LKEY_READ)
+            self._complete(op, {S.ACCESS_VIOLATION})
+            self._break(s)
+            return
+        assert win is not None
+        pi, bi, off, _ = win.view
+        remote = [(pi, bi, off + op.offset, op.nbytes)]
+        if write:
+            self._scatter(remote, self._gather(op.views))
+        else:
+            self._scatter(op.views, self._gather(remote))
+        self._complete(op, {S.SUCCESS}, op.nbytes)
+
+    def _deliver(self, send: MOp, recv: MOp) -> None:
+        self.ops.pop(send.id, None)
+        self.ops.pop(recv.id, None)
+        self.exp.touched.buffers |= {(v[0], v[1]) for v in recv.views}
+        if recv.nic_bad:  # its lkey is checked only now
+            self.exp.alternatives.add(alt.LKEY_RECEIVE)
+            self._complete(recv, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION})
+            self._complete(send, {S.REMOTE_OPERATION})
+            self._break(recv.sock)
+            return
+        if send.nbytes > recv.nbytes:
+            statuses = {S.LOCAL_LENGTH}
+            if self._on(alt.SHORT_RECEIVE):
+                self.exp.alternatives.add(alt.SHORT_RECEIVE)
+                statuses.add(S.REMOTE_OPERATION)
+            self._complete(recv, statuses)
+            self._complete(send, {S.REMOTE_OPERATION})
+            self._break(recv.sock)
+            return
+        self._scatter(recv.views, self._gather(send.views))
+        self._complete(recv, {S.SUCCESS}, send.nbytes)
+        self._complete(send, {S.SUCCESS}, send.nbytes)
+
+    def value(self, key: object) -> KeyValue | None:
+        """Defined by the model (reference.py): a Key's value in this run, None if no step made it."""
+        raise NotImplementedError

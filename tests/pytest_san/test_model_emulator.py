@@ -1,0 +1,152 @@
+"""pytest_san.model on the emulator: it passes, it gets far, it replays by seed, and it catches broken providers.
+
+The same model runs on lab hosts (tests/hil/controller/test_model_hil.py); tests/pytest_san/test_stateful.py
+drives its rules with Hypothesis instead of its own seeded generator.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pytest_san.emulator import EmulatorBackend
+from pytest_san.model.execute import Side
+from pytest_san.model.generate import Generator
+from pytest_san.model.run import Budget, ModelRun
+from pytest_san.model.shrink import shrink
+from pytest_san.model.steps import Namer, Register, Transfer
+from pytest_san.model.world import World
+from tests.pytest_san.test_stateful import BROKEN
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@pytest.mark.parametrize("nodes", [3, 2])
+def test_model_passes_on_the_emulator(nodes: int) -> None:
+    summary = ModelRun(EmulatorBackend(nodes), Budget(sequences=60, steps=40, seed=11), log=_quiet).run()
+    assert summary.divergences == []
+    assert (summary.sequences, summary.steps) == (60, 60 * 40)
+    assert "ms a step" in summary.cost_line()
+
+
+def _run_sequences(backend: EmulatorBackend, seed: int, sequences: int, steps: int) -> collections.Counter[str]:
+    """What the steps of a run's sequences were answered, counted (e.g. "rdma_write SUCCESS")."""
+    side = Side("emulator", World(backend), frozenset(), full=True)
+    seen: collections.Counter[str] = collections.Counter()
+    for k in range(sequences):
+        gen = Generator(side.start(), random.Random(f"{seed}/{k}"))
+        for _ in range(steps):
+            step = gen.next()
+            answer = side.run(step)
+            assert not answer.problems, answer.problems
+            if isinstance(step, Transfer):
+                seen[f"{step.kind} {answer.done.get(step.op, answer.call).split()[0]}"] += 1
+            else:
+                seen[f"{type(step).__name__} {answer.call}"] += 1
+        assert not side.finish().problems
+    return seen
+
+
+def test_sequences_get_far() -> None:
+    """Most calls can succeed, and every kind of refusal the contract names still happens."""
+    seen = _run_sequences(EmulatorBackend(), seed=5, sequences=40, steps=40)
+    for outcome in ("Register handle", "Register descriptor", "Deregister done", "rdma_write SUCCESS",
+                    "rdma_read SUCCESS", "send SUCCESS", "recv SUCCESS", "Close done", "Reconnect done",
+                    "Register WSAEFAULT", "Register WSAEINVAL", "Deregister WSAEINVAL", "rdma_write WSAEINVAL",
+                    "rdma_write ACCESS_VIOLATION", "rdma_read LOCAL_PROTECTION", "send operation"):
+        assert seen[outcome] > 0, (outcome, seen)
+    assert seen["rdma_write SUCCESS"] + seen["rdma_read SUCCESS"] >= 40, seen
+
+
+def test_a_seed_replays_the_same_steps() -> None:
+    def steps(seed: int) -> list[str]:
+        side = Side("emulator", World(EmulatorBackend()), frozenset(), full=True)
+        gen = Generator(side.start(), random.Random(f"{seed}/3"))
+        made = []
+        for _ in range(30):
+            made.append(gen.next())
+            side.run(made[-1])
+        return [Namer(made).step(s) for s in made]
+
+    assert steps(42) == steps(42)
+    assert steps(42) != steps(43)
+
+
+@pytest.mark.parametrize("wrapper", BROKEN, ids=lambda w: w.__name__.strip("_"))
+def test_the_seeded_run_catches_broken_providers(wrapper: Callable[[Any], Any]) -> None:
+    backend = EmulatorBackend(wrap_provider=lambda node, base: wrapper(base))
+    summary = ModelRun(backend, Budget(sequences=30, steps=40, seed=3), log=_quiet).run()
+    assert summary.divergences, f"{wrapper.__name__} went unnoticed"
+    first = summary.divergences[0]
+    assert first.kind == "model" and first.side == "emulator"
+    assert len(first.steps) <= 4, first.render()  # shrunk to the few steps that matter
+    assert first.lines[-1].lstrip().startswith("^ "), first.render()
+
+
+def test_shrink_finds_the_steps_that_matter() -> None:
+    tries: list[int] = []
+
+    def fails(candidate: list[int]) -> bool:
+        tries.append(1)
+        return 3 in candidate and 17 in candidate
+
+    assert shrink(list(range(40)), fails, budget=500) == [3, 17]
+    assert shrink(list(range(40)), fails, budget=2) != [3, 17]  # the budget bounds the replays
+    assert len(tries) < 500
+
+
+def test_a_divergence_reads_in_spi_terms() -> None:
+    summary = ModelRun(EmulatorBackend(wrap_provider=lambda node, base: BROKEN[0](base)),
+                       Budget(sequences=5, steps=40, seed=3), log=_quiet).run()
+    text = summary.divergences[0].render()
+    assert "setup: p0 = the default process on node 0" in text
+    assert "1. s" in text and "register_memory(p" in text and "-> emulator:" in text and "(the model:" in text
+
+
+def test_register_steps_name_their_keys_by_step_number() -> None:
+    steps = [Register(0, "rdma", (2, 0, 8, 16), 1, reg=7), Transfer(1, "rdma_write", (((0, 0, 0, 4), _key(None)),),
+                                                                       op=1, desc=_key(7), offset=2)]
+    namer = Namer(steps)
+    assert namer.step(steps[0]) == "s0 register_rdma_memory(p2/b0[8:24], READ)"
+    assert namer.step(steps[1]) == "s1 rdma_write([p0/b0[0:4] junk handle 1], descriptor#1, offset 2)"
+    assert namer.op(1) == "step 2's rdma_write"
+
+
+def _key(reg: int | None) -> Any:
+    from pytest_san.model.steps import Key
+    return Key(reg=reg) if reg is not None else Key(junk=1)
+
+
+def test_the_model_test_reports_and_summarises(pytester: pytest.Pytester) -> None:
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.model",
+                                           "--san-model-sequences", "12", "--san-model-steps", "10",
+                                           "--san-model-seed", "9", "--san-report", str(report))
+    result.assert_outcomes(passed=1)
+    model = json.loads(report.read_text())["model"]
+    assert (model["backend"], model["sequences"], model["steps"], model["divergences"]) == ("emulator", 12, 120, [])
+    assert model["seeds"] == [9]
+    result.stdout.fnmatch_lines(["*model on emulator: 12 sequences, 120 steps, 0 divergence(s); seed 9*",
+                                 "*cost: emulator: 12 sequences, 120 steps in * ms a step*"])
+    rules = json.loads(report.read_text())["rules"]
+    assert rules["R6"]["passed"] == 1 and rules["R9"] == {"passed": 0, "failed": 0, "skipped": 0}
+
+
+def test_the_model_section_merges_under_xdist(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--pyargs", "pytest_san.model",
+                                           "pytest_san.scenarios", "--san-model-sequences", "5",
+                                           "--san-model-steps", "8", "--san-report", str(report))
+    result.assert_outcomes(passed=result.parseoutcomes()["passed"])
+    data = json.loads(report.read_text())
+    assert (data["model"]["sequences"], data["model"]["steps"]) == (5, 40)
+    assert len(data["tests"]) > 20  # the scenarios of both workers, merged with the model's
+
