@@ -122,14 +122,22 @@ class Suite:
     returncode: int
     summary: str
     failed_rules: list[str] = field(default_factory=list)
+    round_trips: dict[str, Any] | None = None
 
 
-def run_suite(inventory: Path, workdir: Path, timeout: float) -> Suite:
+def run_suite(inventory: Path, workdir: Path, timeout: float, python: str = sys.executable,
+              label: str = "this tree") -> Suite:
+    """The suite on the lab with ``python`` (this tree's, or a baseline's own venv), its round trips counted
+    by benchmarks/roundtrips.py (loaded with -p, this directory on PYTHONPATH)."""
     report = workdir / "lab-report.json"
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios",
-            "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
-    print(f"suite: {' '.join(argv[1:])}", flush=True)
+    trips = workdir / "round-trips.json"
+    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "--pyargs",
+            "pytest_san.scenarios", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}"]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")) and k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent)  # roundtrips.py only: each tree imports its own code
+    env["SAN_ROUND_TRIPS_OUT"] = str(trips)
+    print(f"suite ({label}): {' '.join(argv[1:])}", flush=True)
     began = time.perf_counter()
     try:
         result = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, env=env, timeout=timeout,
@@ -145,7 +153,87 @@ def run_suite(inventory: Path, workdir: Path, timeout: float) -> Suite:
         failed = [r for r, counts in rules.items() if counts.get("failed")]
     if result.returncode != 0:
         sys.stdout.write(result.stdout[-4000:] + result.stderr[-2000:])
-    return Suite(took, result.returncode, summary, failed)
+    rounds = summarize_round_trips(json.loads(trips.read_text())) if trips.exists() else None
+    return Suite(took, result.returncode, summary, failed, rounds)
+
+
+def summarize_round_trips(data: dict[str, Any]) -> dict[str, Any]:
+    """Per host: mean agent round trips per test in setup, call and teardown; and what the SAN fixtures
+    cost (setup + teardown: closing the switch's connections, the leak check, the reset), mean and max."""
+    tests: dict[str, dict[str, Any]] = data["tests"]
+    hosts: list[str] = data["hosts"]
+    count = max(1, len(tests))
+    out: dict[str, Any] = {"tests": len(tests), "per_test": {}, "fixtures": {}}
+    for host in hosts:
+        out["per_test"][host] = {phase: sum(t.get(phase, {}).get(host, 0) for t in tests.values()) / count
+                                 for phase in ("setup", "call", "teardown")}
+        spent = [t["fixtures"]["setup"].get(host, 0) + t["fixtures"]["teardown"].get(host, 0)
+                 for t in tests.values() if "fixtures" in t]
+        if spent:
+            out["fixtures"][host] = {"mean": sum(spent) / len(spent), "max": max(spent), "tests": len(spent)}
+    return out
+
+
+def describe_round_trips(rounds: dict[str, Any] | None) -> list[str]:
+    if not rounds:
+        return ["    (no round trips recorded)"]
+    lines = []
+    for host, phases in rounds["per_test"].items():
+        fixtures = rounds["fixtures"].get(host)
+        fx = (f"; SAN fixtures {fixtures['mean']:.2f} (max {fixtures['max']})" if fixtures
+              else "; SAN fixtures not recorded by this tree")
+        lines.append(f"    {host}: agent round trips per test: setup {phases['setup']:.1f}, call "
+                     f"{phases['call']:.1f}, teardown {phases['teardown']:.1f}{fx}")
+    return lines
+
+
+@dataclass
+class Baseline:
+    rev: str
+    tree: Path
+    python: str
+
+
+def make_baseline(rev: str, workdir: Path) -> Baseline:
+    """``rev`` checked out in a worktree under ``workdir``, installed in a venv of its own: this checkout's
+    editable install maps ``pytest_san`` and ``hil`` to this tree, whatever PYTHONPATH says."""
+    tree = workdir / f"baseline-{rev}"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True,
+                   stdout=subprocess.DEVNULL)
+    venv = workdir / f"venv-{rev}"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", f"{tree}[hil,test]"], check=True)
+    where = subprocess.run([python, "-c", "import pytest_san, hil; print(pytest_san.__file__, hil.__file__)"],
+                           cwd=workdir, capture_output=True, text=True, check=True).stdout.split()
+    if any(Path(w).resolve().is_relative_to(ROOT) for w in where):
+        raise SystemExit(f"baseline {rev}: its venv imports this checkout ({where})")
+    return Baseline(rev, tree, python)
+
+
+def drop_baseline(baseline: Baseline) -> None:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline.tree)],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def side_by_side(inventory: Path, workdir: Path, timeout: float, baseline: Baseline, rounds: int) -> dict[str, Any]:
+    """The suite of this tree and of the baseline, alternating ``rounds`` times each against the same lab:
+    medians, and this tree's median over the baseline's (goal <= 0.5)."""
+    runs: dict[str, list[Suite]] = {"this tree": [], baseline.rev: []}
+    for i in range(rounds):
+        order = [("this tree", sys.executable), (baseline.rev, baseline.python)]
+        for label, python in (order if i % 2 == 0 else order[::-1]):
+            run_dir = workdir / f"run-{label.replace(' ', '-')}-{i}"
+            run_dir.mkdir()
+            suite = run_suite(inventory, run_dir, timeout, python, label)
+            print(f"  {label} round {i + 1}: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}",
+                  flush=True)
+            runs[label].append(suite)
+    new = statistics.median(s.seconds for s in runs["this tree"])
+    old = statistics.median(s.seconds for s in runs[baseline.rev])
+    return {"baseline": baseline.rev, "runs": {k: [asdict(s) for s in v] for k, v in runs.items()},
+            "median_s": {"this tree": new, baseline.rev: old}, "ratio": new / old, "goal": 0.5,
+            "verdict": "PASS" if new / old <= 0.5 else "MISS"}
 
 
 # --- c. bandwidth: the harness and ib_write_bw -----------------------------------------------------------
@@ -250,6 +338,34 @@ def profile(backend: HilBackend, seconds: float) -> dict[str, Any]:
     return out
 
 
+def spi_round_trips(backend: HilBackend) -> dict[str, dict[str, int]]:
+    """Agent round trips (per host) of single SPI calls and of the harness's steps, counted by the client."""
+    out: dict[str, dict[str, int]] = {}
+
+    def count(name: str, step: Callable[[], Any]) -> Any:
+        before = backend.round_trips()
+        value = step()
+        after = backend.round_trips()
+        out[name] = {h: after[h] - before.get(h, 0) for h in after}
+        return value
+
+    switch = Switch(backend)
+    conn = count("switch.connect() (two hosts)", switch.connect)
+    a, b = conn.local, conn.remote
+    src = count("process.alloc", lambda: a.process.alloc(SIZE))
+    dst = b.process.alloc(SIZE)
+    handle = count("register_memory", lambda: a.provider.register_memory(a.socket, src, Access.READ))
+    desc = count("register_rdma_memory", lambda: b.provider.register_rdma_memory(b.socket, dst, Access.WRITE))
+    op = count("rdma_write (post)", lambda: a.provider.rdma_write(a.socket, [(src, handle)], desc))
+    count("operation.wait", lambda: op.wait(60))
+    count("deregister_memory", lambda: a.provider.deregister_memory(a.socket, handle))
+    count("conn.local.send + conn.remote.recv (5 bytes)", lambda: (a.send(b"hello"), b.recv(5)))
+    count("end of test with the connection open (close, leaks, reset)",
+          lambda: backend.end_test(switch.close_all))
+    count("end of test without connections (leaks, reset)", backend.end_test)
+    return out
+
+
 # --- the run ---------------------------------------------------------------------------------------------
 
 
@@ -265,6 +381,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--suite-timeout", type=float, default=3600.0)
     parser.add_argument("--no-suite", action="store_true", help="skip the suite's wall time")
     parser.add_argument("--no-profile", action="store_true", help="skip the breakdown of the harness's time")
+    parser.add_argument("--no-bandwidth", action="store_true",
+                        help="skip the bandwidth comparison and the profile (round trips per SPI call are kept)")
+    parser.add_argument("--baseline", default=None, metavar="REV",
+                        help="also run REV's suite (its own worktree and venv) side by side, alternating")
+    parser.add_argument("--rounds", type=int, default=2, help="with --baseline: runs of each tree (default 2)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--check", action="store_true", help="exit 1 when the ratio misses the goal")
     args = parser.parse_args(argv)
@@ -288,20 +409,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             boot = recorded_boot(hosts, inventory)
         print(f"boot: {boot.how}: " + ("-" if boot.seconds is None else f"{boot.seconds:.1f} s"), flush=True)
 
-        suite = None if args.no_suite else run_suite(inventory.resolve(), workdir, args.suite_timeout)
+        compared = None
+        suite: Suite | None
+        if args.baseline:
+            baseline = make_baseline(args.baseline, workdir)
+            try:
+                compared = side_by_side(inventory.resolve(), workdir, args.suite_timeout, baseline, args.rounds)
+            finally:
+                drop_baseline(baseline)
+            suite = Suite(**compared["runs"]["this tree"][-1])
+        else:
+            suite = None if args.no_suite else run_suite(inventory.resolve(), workdir, args.suite_timeout)
         if suite is not None:
             print(f"suite: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}", flush=True)
 
         result: dict[str, Any] = {"inventory": str(inventory), "hosts": [h.name for h in hosts],
-                                  "boot": asdict(boot), "suite": asdict(suite) if suite else None}
+                                  "boot": asdict(boot), "suite": asdict(suite) if suite else None,
+                                  "side_by_side": compared}
         backend = HilBackend(hosts)
+        harness = perftest = float("nan")
+        command = ""
+        breakdown = None
         try:
             client, server = backend.agents[0], backend.agents[1]
-            print(f"harness: bursts of {SIZE}-byte rdma_writes for about {args.seconds:g} s", flush=True)
-            harness = measure_harness(backend, sizes=(SIZE,), seconds=args.seconds)[0][1]
-            print("ib_write_bw ...", flush=True)
-            perftest, command = measure_ib_write_bw(client, server)
-            breakdown = None if args.no_profile else profile(backend, args.seconds)
+            calls = spi_round_trips(backend)
+            if not args.no_bandwidth:
+                print(f"harness: bursts of {SIZE}-byte rdma_writes for about {args.seconds:g} s", flush=True)
+                harness = measure_harness(backend, sizes=(SIZE,), seconds=args.seconds)[0][1]
+                print("ib_write_bw ...", flush=True)
+                perftest, command = measure_ib_write_bw(client, server)
+                breakdown = None if args.no_profile else profile(backend, args.seconds)
         finally:
             backend.close()
     finally:
@@ -310,9 +447,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)  # the suite's report (read above) and, with --boot, the lab's
 
     ratio = harness / perftest
-    verdict = "PASS" if ratio >= GOAL else "MISS"
+    verdict = "-" if args.no_bandwidth else "PASS" if ratio >= GOAL else "MISS"
     result.update({"harness_gbps": harness, "ib_write_bw_gbps": perftest, "ib_write_bw_command": command,
-                   "ratio": ratio, "goal": GOAL, "verdict": verdict, "profile": breakdown})
+                   "ratio": ratio, "goal": GOAL, "verdict": verdict, "profile": breakdown,
+                   "spi_round_trips": calls})
     names = " <-> ".join(h.name for h in hosts)
     print()
     print(f"lab {inventory} ({names})")
@@ -320,6 +458,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if suite is not None:
         rules = f"; rules failing: {', '.join(suite.failed_rules)}" if suite.failed_rules else ""
         print(f"  suite on the lab     {suite.seconds:8.1f} s   exit {suite.returncode}: {suite.summary}{rules}")
+        print("\n".join(describe_round_trips(suite.round_trips)))
+    if compared is not None:
+        print(f"  side by side with {compared['baseline']} (alternating, same lab):")
+        for label, runs in compared["runs"].items():
+            times = ", ".join(f"{r['seconds']:.1f} s" for r in runs)
+            print(f"    {label:12s} median {compared['median_s'][label]:7.1f} s   runs: {times}   "
+                  f"({runs[-1]['summary']})")
+            print("\n".join(describe_round_trips(runs[-1]["round_trips"])))
+        print(f"    this tree / {compared['baseline']} = {compared['ratio']:.2f}   goal <= 0.5   {compared['verdict']}")
+    print("  agent round trips of single calls (per host):")
+    for name, per_host in calls.items():
+        print(f"    {name:60s} " + ", ".join(f"{h} {n}" for h, n in per_host.items()))
+    if args.no_bandwidth:
+        if args.json is not None:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+        return 0
     print(f"  RDMA write {SIZE // 1024} KiB   harness {harness:.4f} Gb/s ({mibps(harness):.2f} MiB/s)   "
           f"ib_write_bw {perftest:.4f} Gb/s ({mibps(perftest):.2f} MiB/s)")
     print(f"  ratio harness/ib_write_bw {ratio:.2f}   goal >= {GOAL}   {verdict}")

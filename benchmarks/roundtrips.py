@@ -30,7 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from hil.controller.client import AgentClient
     except ImportError:
         try:  # older trees: hil/client.py
-            from hil.client import AgentClient  # type: ignore[no-redef]
+            from hil.client import AgentClient  # type: ignore[no-redef,import-not-found,unused-ignore]
         except ImportError:
             return
     if hasattr(AgentClient, "collect"):
@@ -54,9 +54,7 @@ def _counts(config: pytest.Config) -> dict[str, int]:
     for agent in getattr(backend, "agents", []):
         # Per Agent: an agent replaced after it died starts from 0 (older trees); the new tree keeps a total.
         count = getattr(agent, "round_trips", None)
-        if not isinstance(count, int):
-            count = getattr(agent.client, "round_trips", 0)
-        out[agent.host.name] = count
+        out[agent.host.name] = count if isinstance(count, int) else int(getattr(agent.client, "round_trips", 0))
     return out
 
 

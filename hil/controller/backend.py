@@ -6,13 +6,16 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hil.controller.client import AgentClient
+from hil.controller.client import AgentClient, Outcome
 from hil.controller.errors import AgentError
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
-from hil.controller.remote import RemoteNode, RemoteProcess, RemoteSocket, Session
+from hil.controller.remote import Remote, RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
 from hil.inventory import HostConfig
 from hil.rpc.codec import referenced
 from hil.transport import Transport, open_transport
+
+if TYPE_CHECKING:
+    from hil.rpc.codec import Encoded
 from pytest_san.protocols import Backend, Faults, Node, Process, Provider, Proxy, Socket
 from pytest_san.types import Leak
 
@@ -29,10 +32,19 @@ class Agent:
         self._connect = connect
         self.lease = lease  # who we are, for the host's lease file (hil/controller/leases.py)
         self.wrap = wrap
+        self.earlier_round_trips = 0  # of the agents this host had before (a dead one is replaced)
         self.start()
+
+    @property
+    def round_trips(self) -> int:
+        """Times the controller waited for this host's agents (``AgentClient.round_trips``), all of them."""
+        return self.earlier_round_trips + self.client.round_trips
 
     def start(self) -> None:
         """Connect and start the agent; ``HostBusy`` if another agent holds the host's lease."""
+        previous: AgentClient | None = getattr(self, "client", None)
+        if previous is not None:
+            self.earlier_round_trips += previous.round_trips
         self.transport = self._connect(self.host)
         try:
             self.client = AgentClient(self.host, self.transport, lease=self.lease)
@@ -59,8 +71,54 @@ class Agent:
 
     def reset(self) -> None:
         """A live agent's reset (HilBackend.reset replaces a dead one, leasing its host again)."""
-        self.call("reset")
+        self.send_reset([])
+        self.collect_reset(0)
+
+    def send_reset(self, before: list[tuple[int, str, list[Encoded]]]) -> None:
+        """Write ``before``, the reset and the questions for each node's new default process (what a
+        reset keeps or replaces), with whatever calls are queued first: pipelined, read by ``collect_reset``."""
+        after: list[tuple[int, str, list[Encoded]]] = [(n.oid, "default_process", []) for n in self.nodes]
+        self.session.send_many([*before, (self.engine, "reset", []), *after])
+
+    def collect_reset(self, before: int) -> list[Outcome]:
+        """The outcomes of the ``before`` requests of ``send_reset``; the reset's error, if any, raised
+        (the session forgets what the agent forgot either way)."""
+        outcomes = self.session.collect()
+        ours = outcomes[before:]
         self.session.forget_unpinned()
+        ok, error = ours[0]
+        if not ok:
+            raise error
+        for node, (ok, ref) in zip(self.nodes, ours[1:], strict=True):
+            if ok:
+                node.default_process_from(ref)
+        return outcomes[:before]
+
+    def prefetch(self) -> None:
+        """Ask, pipelined, what closing connections asks one by one (every pending operation's completion,
+        every socket's state, every process's liveness): the stand-ins answer from these until the reset.
+        A question whose answer changes meanwhile (an operation completes) is answered as it was; closing
+        then leaves a registration to close_socket, which releases it (R11), so nothing leaks unseen."""
+        asked: list[tuple[Remote, str]] = []
+        for obj in self.session.objects():
+            if isinstance(obj, RemoteOperation) and obj.pending:
+                asked.append((obj, "wait"))
+            elif isinstance(obj, RemoteSocket):
+                asked.append((obj, "state"))
+            elif isinstance(obj, RemoteProcess):
+                asked.append((obj, "alive"))
+        if not asked:
+            return
+        requests: list[tuple[int, str, list[Encoded]]] = [
+            (obj.oid, method, [0] if method == "wait" else []) for obj, method in asked]
+        for (obj, method), (ok, value) in zip(asked, self.session.call_many(requests), strict=True):
+            if method == "wait" and isinstance(obj, RemoteOperation):
+                if ok:
+                    obj.completed(value)
+                elif isinstance(value, TimeoutError):
+                    self.session.known[obj.oid, "done"] = False
+            elif ok:
+                self.session.known[obj.oid, method] = value
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -138,14 +196,75 @@ class HilBackend:
             agent_b.call("socket_connect", sock_b, info_a)
         if agent_a is not agent_b:
             # Verbs has no disconnect event without a connection manager: relay closes between hosts.
-            sock_a.on_close = lambda: agent_b.call("peer_closed", sock_b)
-            sock_b.on_close = lambda: agent_a.call("peer_closed", sock_a)
+            sock_a.on_close = lambda: agent_b.session.void(agent_b.engine, "peer_closed", sock_b)
+            sock_b.on_close = lambda: agent_a.session.void(agent_a.engine, "peer_closed", sock_a)
         return sock_a, sock_b
 
     def leaks(self) -> list[Leak]:
         return [Leak(node, kind, detail) for agent in self.agents for node, kind, detail in agent.call("leaks")]
 
-    def reset(self) -> None:
+    def round_trips(self) -> dict[str, int]:
+        """Per host: times the controller has waited for its agent's replies so far (pipelined requests
+        answered together count once). Machine-independent: what the remote path costs, in round trips."""
+        return {a.host.name: a.round_trips for a in self.agents}
+
+    def end_test(self, close: Callable[[], None] | None = None) -> tuple[list[Leak], list[Exception]]:
+        """The end of a test: ``close()`` (the switch closing what the test left), the leak check and the
+        reset, in at most two round trips per host (one without ``close``), every step still done in order.
+
+        Before ``close`` the agents are asked, pipelined, what closing asks (``Agent.prefetch``); during it,
+        the calls whose answer nobody reads (deregistrations, close_socket, a relayed peer close) are queued;
+        then each agent gets them, ``leaks``, ``reset`` and its nodes' ``default_process`` in one pipelined
+        write, all hosts at once. Returns (the leaks, the errors: of ``close`` itself and of each queued
+        call, in order). An agent that fails raises AgentError after every host was reset (a dead agent
+        replaced), as ``leaks()`` and ``reset()`` do.
+        """
+        errors: list[Exception] = []
+        live = [a for a in self.agents if not a.client.dead]
+        try:
+            if close is not None:
+                for agent in live:
+                    agent.prefetch()
+                for agent in live:
+                    agent.session.deferring = True
+                try:
+                    close()
+                except Exception as exc:  # the test's own failure stays the test's; this is the harness's
+                    errors.append(exc)
+                finally:
+                    for agent in live:
+                        agent.session.deferring = False
+            leaks: list[Leak] = []
+            failure: Exception | None = None
+            sent: list[Agent] = []
+            for agent in live:
+                try:
+                    agent.send_reset([(agent.engine, "leaks", [])])
+                    sent.append(agent)
+                except Exception as exc:  # gone: the others are still read, and reset
+                    failure = failure or exc
+            for agent in sent:
+                try:
+                    [(ok, found)] = agent.collect_reset(1)
+                except Exception as exc:
+                    failure = failure or exc
+                    continue
+                finally:
+                    errors += [error for _, error in agent.session.deferred_errors]
+                    agent.session.deferred_errors.clear()
+                if not ok:
+                    failure = failure or found
+                    continue
+                leaks += [Leak(node, kind, detail) for node, kind, detail in found]
+            if failure is not None:
+                raise failure
+        finally:
+            for agent in self.agents:
+                agent.session.known.clear()
+            self._replace_dead()
+        return leaks, errors
+
+    def _replace_dead(self) -> None:
         for agent in self.agents:
             if agent.client.dead:
                 # Its lease ended with it (when it was last heard from); a fresh agent leases the host again.
@@ -153,8 +272,11 @@ class HilBackend:
                 agent.close()
                 self._leaser.restart(agent.host, agent.start)
                 self.lease_log.start([a.host.name for a in self.agents])
-            else:
-                agent.reset()
+
+    def reset(self) -> None:
+        self._replace_dead()
+        for agent in self.agents:
+            agent.reset()
 
     def close(self) -> None:
         self.lease_log.end()  # before the agents go: a record never claims more than was held

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from hil.controller.client import AgentClient
+from hil.controller.client import AgentClient, Outcome
 from hil.rpc.codec import Codec, buffer_fields, buffer_ref, object_ref, referenced
 from pytest_san.burst import DEPTH, BurstProvider
 from pytest_san.protocols import (
@@ -86,10 +86,63 @@ class Session:
         self.codec = StandInCodec(self)
         self._objects: dict[int, Remote] = {}
         self.pinned: set[int] = set()
+        # The harness's own calls (hil.controller.backend's end of a test): calls whose answer nobody reads
+        # wait here and go out with the next call (pipelined, one round trip); their errors are kept in
+        # ``deferred_errors`` for the harness to raise. Test code never sees this: ``deferring`` is off.
+        self.deferring = False
+        self._queue: list[tuple[int, str, list[Encoded]]] = []
+        self.deferred_errors: list[tuple[str, Exception]] = []
+        self._sent_queued: list[str] = []  # methods of queued calls written by send_many, replies unread
+        # Answers known without asking (the harness fetched them pipelined): (object id, method) -> result.
+        self.known: dict[tuple[int, str], Any] = {}
 
     def call(self, oid: int, method: str, *args: object, timeout: float | None = None) -> Any:
         """The agent's answer (decoded JSON: arbitrary until the stand-in's method reads it)."""
-        return self.client.call(oid, method, *[self.codec.encode(a) for a in args], timeout=timeout)
+        if not args and (oid, method) in self.known:
+            return self.known[oid, method]
+        encoded = [self.codec.encode(a) for a in args]
+        if not self._queue:
+            return self.client.call(oid, method, *encoded, timeout=timeout)
+        ok, value = self.call_many([(oid, method, encoded)], timeout)[0]
+        if not ok:
+            raise value
+        return value
+
+    def void(self, oid: int, method: str, *args: object) -> None:
+        """A call whose answer is None: queued while ``deferring`` (its error, if any, kept), else made now."""
+        if self.deferring:
+            self._queue.append((oid, method, [self.codec.encode(a) for a in args]))
+        else:
+            self.call(oid, method, *args)
+
+    def call_many(self, requests: list[tuple[int, str, list[Encoded]]],
+                  timeout: float | None = None) -> list[Outcome]:
+        """The queued calls and then ``requests``, pipelined (one round trip): the outcomes of ``requests``
+        (the queued calls' errors go to ``deferred_errors``)."""
+        self.send_many(requests)
+        return self.collect(timeout)
+
+    def send_many(self, requests: list[tuple[int, str, list[Encoded]]]) -> None:
+        """Write the queued calls and ``requests`` without waiting (``collect`` reads the replies): the
+        harness asks several agents at once."""
+        queued, self._queue = self._queue, []
+        for oid, method, args in [*queued, *requests]:
+            self.client.send(oid, method, args)
+        self._sent_queued += [method for _, method, _ in queued]
+
+    def collect(self, timeout: float | None = None) -> list[Outcome]:
+        """The outcomes of what ``send_many`` wrote, the queued calls' errors to ``deferred_errors``."""
+        queued, self._sent_queued = self._sent_queued, []
+        outcomes = self.client.collect(timeout)
+        for method, (ok, value) in zip(queued, outcomes[:len(queued)], strict=True):
+            if not ok:
+                self.deferred_errors.append((method, value))
+        return outcomes[len(queued):]
+
+    def flush(self) -> None:
+        """Send what is queued (one round trip), its errors to ``deferred_errors``."""
+        if self._queue:
+            self.call_many([])
 
     def obj(self, ref: Ref, factory: Callable[..., R], *extra: object) -> R:
         oid = referenced(ref)
@@ -99,12 +152,20 @@ class Session:
             self._objects[oid] = found
         return cast(R, found)  # an id names one object, made by the one factory of its kind
 
+    def objects(self) -> list[Remote]:
+        """Every stand-in this session knows (until a reset forgets the unpinned ones)."""
+        return list(self._objects.values())
+
     def sockets_of(self, process: RemoteProcess) -> list[RemoteSocket]:
         """The sockets of ``process`` this session knows (until a reset forgets them)."""
         return [o for o in self._objects.values() if isinstance(o, RemoteSocket) and o.process is process]
 
     def forget_unpinned(self) -> None:
         self._objects = {k: v for k, v in self._objects.items() if k in self.pinned}
+        self.known.clear()
+        for node in self._objects.values():
+            if isinstance(node, RemoteNode):
+                node.forget_default()
 
     def buffer(self, ref: Ref) -> RemoteBuffer:
         oid, address, length = buffer_fields(ref)
@@ -130,6 +191,16 @@ class RemoteNode(Remote):
         # The stand-ins, or what the plugin's provider and proxy hooks wrapped them in (backend.Agent).
         self.provider: Provider = session.obj(provider, RemoteProvider)
         self.proxy: Proxy = session.obj(proxy, RemoteProxy)
+        self._default: RemoteProcess | None = None
+
+    def forget_default(self) -> None:
+        """A reset may replace the default process: ask again next time."""
+        self._default = None
+
+    def default_process_from(self, ref: Ref) -> RemoteProcess:
+        """The default process as the agent named it (fetched pipelined after a reset)."""
+        self._default = self.session.obj(ref, RemoteProcess, self)
+        return self._default
 
     @property
     def name(self) -> str:
@@ -137,7 +208,11 @@ class RemoteNode(Remote):
 
     @property
     def default_process(self) -> RemoteProcess:
-        return self.session.obj(self._call("default_process"), RemoteProcess, self)
+        # The same process until the next reset on every engine (even killed: the emulator's and the verbs
+        # engine's node keep it until a reset), so it is asked for once per reset.
+        if self._default is None:
+            self._default = self.session.obj(self._call("default_process"), RemoteProcess, self)
+        return self._default
 
     def spawn_process(self) -> RemoteProcess:
         return self.session.obj(self._call("spawn_process"), RemoteProcess, self)
@@ -234,6 +309,16 @@ class RemoteOperation(Remote):
 
     _completion: Completion | None = None
 
+    @property
+    def pending(self) -> bool:
+        """Not known to be complete here (the agent may know better)."""
+        return self._completion is None
+
+    def completed(self, reply: Mapping[str, Any]) -> Completion:
+        """Keep the agent's answer to ``wait``."""
+        self._completion = Completion(Status(reply["status"]), reply["bytes"])
+        return self._completion
+
     def done(self) -> bool:
         if self._completion is None and self._call("done"):
             self.wait(0)
@@ -246,8 +331,7 @@ class RemoteOperation(Remote):
             limit = None
             if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 <= timeout < 1e9:
                 limit = timeout + 30
-            reply = self._call("wait", timeout, timeout=limit)
-            self._completion = Completion(Status(reply["status"]), reply["bytes"])
+            return self.completed(self._call("wait", timeout, timeout=limit))
         return self._completion
 
 
@@ -276,14 +360,14 @@ class RemoteProvider(Remote):
         return int(self._call("register_memory", socket, buffer, access))
 
     def deregister_memory(self, socket: Socket, handle: Handle) -> None:
-        self._call("deregister_memory", socket, handle)
+        self.session.void(self.oid, "deregister_memory", socket, handle)
 
     def register_rdma_memory(self, socket: Socket, buffer: Buffer, access: Access,
                              descriptor_size: int | None = None) -> Descriptor:
         return bytes(self._call("register_rdma_memory", socket, buffer, access, descriptor_size))
 
     def deregister_rdma_memory(self, socket: Socket, descriptor: Descriptor) -> None:
-        self._call("deregister_rdma_memory", socket, descriptor)
+        self.session.void(self.oid, "deregister_rdma_memory", socket, descriptor)
 
     def rdma_write(self, socket: Socket, local_buffers: LocalBuffers, target_descriptor: Descriptor,
                    offset: int = 0) -> RemoteOperation:
@@ -311,7 +395,7 @@ class RemoteProvider(Remote):
         return self._op("recv", socket, buffers)
 
     def close_socket(self, socket: Socket) -> None:
-        self._call("close_socket", socket)
+        self.session.void(self.oid, "close_socket", socket)
         if isinstance(socket, RemoteSocket) and socket.on_close is not None:
             socket.on_close()
             socket.on_close = None  # told once: a later kill of its process has nothing to relay

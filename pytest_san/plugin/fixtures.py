@@ -2,17 +2,58 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..errors import SanError, WsaError
 from ..report import LEAK_RULE
-from .hooks import LEAKS_KEY, created_backend, get_backend, uses_san_fixtures
+from .hooks import LEAKS_KEY, SAN_FIXTURES, created_backend, get_backend, uses_san_fixtures
 
 if TYPE_CHECKING:
     from ..protocols import Backend, Provider, Proxy
     from ..switch import Switch
+    from ..types import Leak
+
+SWITCHES_KEY = pytest.StashKey[list["Switch"]]()
+"""On an item: the switches its ``san_switch`` made, closed by the leak check when the backend ends tests itself."""
+ROUND_TRIPS_KEY = pytest.StashKey[dict[str, dict[str, int]]]()
+"""On an item: {"setup" | "teardown": {host: round trips}} the SAN fixtures cost (backends that count them)."""
+ROUND_TRIPS_PROPERTY = "san_round_trips"
+"""The same, in ``item.user_properties`` (and so in the junit XML and on the test's reports)."""
+
+
+def round_trips(backend: object) -> dict[str, int] | None:
+    """Per host, the agent round trips ``backend`` made so far, if it counts them (the hil backend)."""
+    counter = getattr(backend, "round_trips", None)
+    return dict(counter()) if callable(counter) else None
+
+
+def _add_round_trips(item: pytest.Item, phase: str, before: dict[str, int] | None, backend: object) -> None:
+    after = round_trips(backend)
+    if before is None or after is None:
+        return
+    empty: dict[str, dict[str, int]] = {"setup": {}, "teardown": {}}
+    spent = item.stash.setdefault(ROUND_TRIPS_KEY, empty)[phase]
+    for host, count in after.items():
+        spent[host] = spent.get(host, 0) + count - before.get(host, 0)
+    item.user_properties[:] = [p for p in item.user_properties if p[0] != ROUND_TRIPS_PROPERTY]
+    item.user_properties.append((ROUND_TRIPS_PROPERTY, item.stash[ROUND_TRIPS_KEY]))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Counts what setting up a SAN fixture costs in agent round trips (``san_backend``'s start excepted:
+    it is once per session)."""
+    if fixturedef.argname not in SAN_FIXTURES or fixturedef.argname == "san_backend":
+        return (yield)
+    backend = created_backend(request.config)
+    before = round_trips(backend)
+    try:
+        return (yield)
+    finally:
+        _add_round_trips(request.node, "setup", before, backend)
 
 
 @pytest.fixture(scope="session")
@@ -22,13 +63,28 @@ def san_backend(pytestconfig: pytest.Config) -> Backend:
 
 
 @pytest.fixture
-def san_switch(san_backend: Backend) -> Iterator[Switch]:
-    """A Windows Sockets switch over the backend; every connection it made is closed afterwards."""
+def san_switch(san_backend: Backend, request: pytest.FixtureRequest) -> Iterator[Switch]:
+    """A Windows Sockets switch over the backend; every connection it made is closed afterwards (by the
+    leak check, in the same batch as the check and the reset, where the backend ends tests itself)."""
     from ..switch import Switch  # imported late: loading the plugin stays cheap
 
     switch = Switch(san_backend)
+    if _ends_tests(san_backend):
+        request.node.stash.setdefault(SWITCHES_KEY, []).append(switch)
+        yield switch
+        return
     yield switch
-    switch.close_all()
+    before = round_trips(san_backend)
+    try:
+        switch.close_all()
+    finally:
+        _add_round_trips(request.node, "teardown", before, san_backend)
+
+
+def _ends_tests(backend: object) -> bool:
+    """Whether ``backend`` offers ``end_test(close) -> (leaks, errors)``: closing, the leak check and the
+    reset as one step, in as few round trips as it can (the hil backend)."""
+    return callable(getattr(backend, "end_test", None))
 
 
 @pytest.fixture
@@ -64,10 +120,45 @@ def _san_leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
     backend = created_backend(request.config)
     if backend is None:
         return
+    before = round_trips(backend)
     try:
-        leaks = [str(leak) for leak in backend.leaks()]
+        leaks, closing = _end_test(backend, request.node.stash.get(SWITCHES_KEY, []))
     finally:
-        backend.reset()  # the next test starts clean: processes, links and faults too, leaked or not
+        _add_round_trips(request.node, "teardown", before, backend)
     if leaks:
         request.node.stash[LEAKS_KEY] = leaks
-        pytest.fail(leak_message(leaks), pytrace=False)
+        message = leak_message(leaks)
+        if closing is not None:
+            message += f"\n(and {closing})"
+        pytest.fail(message, pytrace=False)
+    if closing is not None:
+        raise closing
+
+
+def _end_test(backend: Backend, switches: list[Switch]) -> tuple[list[str], SanError | None]:
+    """Close the switches' connections, check for leaks, reset: (the leaks, what closing left, if anything).
+
+    Closing failures are as ``Switch.close_all`` reports them: a socket already gone (WSAENOTSOCK) is no
+    failure; anything else is one SanError naming each.
+    """
+    end_test: Callable[..., tuple[list[Leak], list[Exception]]] | None = getattr(backend, "end_test", None)
+    if end_test is None:
+        try:
+            leaks = [str(leak) for leak in backend.leaks()]
+        finally:
+            backend.reset()  # the next test starts clean: processes, links and faults too, leaked or not
+        return leaks, None
+
+    def close() -> None:
+        for switch in switches:
+            switch.close_all()
+
+    found, errors = end_test(close if any(s.connections for s in switches) else None)
+    problems: list[str] = []
+    for error in errors:
+        if isinstance(error, SanError) and error.code is WsaError.WSAENOTSOCK:
+            continue
+        text = str(error)
+        problems.append(text.removeprefix("closing left errors: ") if isinstance(error, SanError) else repr(error))
+    closing = SanError(WsaError.WSAEINVAL, "closing left errors: " + "; ".join(problems)) if problems else None
+    return [str(leak) for leak in found], closing

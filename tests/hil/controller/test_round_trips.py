@@ -1,0 +1,124 @@
+"""What the SAN fixtures cost on the remote path, in agent round trips (issue 11): at most 3 per host per test,
+closing the test's connections, the leak check and the reset included. Counted, not timed: the bound holds on
+any machine. Over a real OpenSSH server (engine emulator, loopback)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hil.controller.backend import HilBackend
+from hil.inventory import HostConfig
+from pytest_san import Access, Switch
+from tests.hil.controller.test_hil import inventory
+
+BOUND = 3
+
+TESTS = '''
+from pytest_san import Access, Status
+
+def test_provider_only(san_provider, san_proxy, san_backend):
+    process = san_backend.nodes[0].default_process
+    assert process.alive
+
+def test_connection(san_switch):
+    conn = san_switch.connect()
+    conn.local.send(b"hello")
+    assert conn.remote.recv(5) == b"hello"
+
+def test_two_connections_and_rdma(san_switch):
+    conn = san_switch.connect()
+    san_switch.connect()
+    a, b = conn.local, conn.remote
+    src = a.process.alloc(4096)
+    src.write(b"x" * 4096)
+    h = a.provider.register_memory(a.socket, src, Access.READ)
+    dst = b.process.alloc(4096)
+    desc = b.provider.register_rdma_memory(b.socket, dst, Access.WRITE)
+    done = a.provider.rdma_write(a.socket, [(src, h)], desc).wait(10)
+    assert done.status is Status.SUCCESS
+    a.provider.deregister_memory(a.socket, h)
+    b.provider.deregister_rdma_memory(b.socket, desc)
+
+def test_connection_closed_by_the_test(san_switch):
+    san_switch.connect().close()
+
+def test_leak(san_switch):
+    conn = san_switch.connect()
+    conn.local.proxy.allocate(4096)
+'''
+
+CONFTEST = '''
+import json, os
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        with open(os.environ["ROUND_TRIPS_OUT"], "a") as f:
+            f.write(json.dumps([report.nodeid, dict(report.user_properties).get("san_round_trips"),
+                                report.outcome, report.longreprtext[:300]]) + "\\n")
+'''
+
+
+def test_the_san_fixtures_cost_at_most_three_round_trips_per_host(
+        pytester: pytest.Pytester, sshd_host: HostConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = pytester.path / "round_trips.jsonl"
+    monkeypatch.setenv("ROUND_TRIPS_OUT", str(out))
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_fixtures=TESTS)
+    inv = inventory(pytester.path / "lab.json", sshd_host)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inv}")
+    result.assert_outcomes(passed=5, errors=1)  # test_leak errors at teardown: its leak (R11) is still found
+    rows = {nodeid.split("::")[-1]: (spent, outcome, text)
+            for nodeid, spent, outcome, text in map(json.loads, out.read_text().splitlines())}
+    assert set(rows) == {"test_provider_only", "test_connection", "test_two_connections_and_rdma",
+                         "test_connection_closed_by_the_test", "test_leak"}
+    for name, (spent, _, _) in rows.items():
+        assert spent is not None, name
+        for host in {*spent["setup"], *spent["teardown"]}:
+            total = spent["setup"].get(host, 0) + spent["teardown"].get(host, 0)
+            assert 1 <= total <= BOUND, (name, host, spent)
+    assert rows["test_leak"][1] == "failed" and "SAN leak (R11)" in rows["test_leak"][2]
+
+
+def test_end_test_closes_checks_and_resets_in_two_round_trips(sshd_host: HostConfig) -> None:
+    backend = HilBackend([sshd_host])
+    try:
+        switch = Switch(backend)
+        conn = switch.connect()
+        buf = conn.local.process.alloc(4096)
+        conn.local.provider.register_memory(conn.local.socket, buf, Access.READ)  # released by close_socket
+        before = backend.round_trips()
+        leaks, errors = backend.end_test(switch.close_all)
+        after = backend.round_trips()
+        assert (leaks, errors) == ([], [])
+        assert {h: after[h] - before[h] for h in after} == {sshd_host.name: 2}
+        assert ("remote", "close_socket") in conn.trace and ("local", "close_socket") in conn.trace
+        # The next test starts clean, its default process already known: a connect asks no default_process.
+        node = backend.nodes[0]
+        assert node.default_process.alive
+        before = backend.round_trips()
+        leaks, errors = backend.end_test()
+        assert (leaks, errors) == ([], []) and backend.round_trips()[sshd_host.name] - before[sshd_host.name] == 1
+    finally:
+        backend.close()
+
+
+def test_a_deferred_close_error_is_reported(sshd_host: HostConfig) -> None:
+    backend = HilBackend([sshd_host])
+    try:
+        switch = Switch(backend)
+        conn = switch.connect()
+        conn.local.provider.close_socket(conn.local.socket)  # the test closed it behind the switch's back
+        leaks, errors = backend.end_test(switch.close_all)
+        assert leaks == []
+        assert all(type(e).__name__ == "SanError" for e in errors)
+    finally:
+        backend.close()
+
+
+@pytest.fixture
+def sshd_host(sshd: object, tmp_path: Path) -> HostConfig:
+    host: HostConfig = sshd.host_config(name="lab1", engine="emulator", loopback=True)  # type: ignore[attr-defined]
+    return host
