@@ -1,4 +1,4 @@
-"""The hil backend from the inventory, and host diagnostics on every failed test."""
+"""The hil backend from the selected hosts (``hosts.py``), and host diagnostics on every failed test."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Generator, Iterable
 import pytest
 
 from hil.controller.backend import HilBackend
-from hil.inventory import InventoryError, load_inventory
 from hil.plugin.diagnostics import DIAGNOSTICS_PREFIX, collect
+from hil.plugin.hosts import select_hosts
 from hil.plugin.xdist import leased_backend
 from pytest_san.plugin.hooks import created_backend
 
@@ -20,16 +20,12 @@ def pytest_san_backend_names(config: pytest.Config) -> Iterable[str]:
 def pytest_san_make_backend(config: pytest.Config, name: str) -> HilBackend | None:
     if name != "hil":
         return None
-    path = config.getoption("san_inventory") or config.getini("san_inventory")
-    if not path:
-        raise pytest.UsageError("--san-backend=hil needs --san-inventory PATH (or the san_inventory ini key)")
-    group = config.getoption("san_group") or config.getini("san_group") or "san"
-    names = config.getoption("san_hosts")
-    try:
-        hosts = load_inventory(path).select(group, names.split(",") if names else None)
-    except InventoryError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    return leased_backend(config, hosts)
+    return leased_backend(config, select_hosts(config))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The host list is read (and any problem in it reported) once, before collection; not per test.
+    select_hosts(session.config)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -42,8 +42,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="lab inventory (Ansible-style YAML) for --san-backend=hil")
     group.addoption("--san-group", metavar="GROUP", default=None,
                     help="inventory group whose hosts are used (default: san)")
-    group.addoption("--san-hosts", metavar="NAMES", default=None,
-                    help="comma-separated subset of the group's hosts")
+    group.addoption("--san-hosts", metavar="HOSTS", default=None,
+                    help="comma-separated: names of the inventory group's hosts (a subset), and/or host URLs "
+                         "that need no inventory: ssh://[user@]host[:port][?device=rxe0&port=1&gid_index=1], "
+                         "local://[?engine=emulator&loopback=1]")
     group.addoption("--san-lease-timeout", metavar="SECONDS", type=float, default=None,
                     help="how long to wait for lab hosts leased by others, then fail naming the holders "
                          "(default: ini san_lease_timeout, else the backend's)")

@@ -1,0 +1,81 @@
+"""The hil plugin's host options: --san-hosts URLs, the fallbacks, overrides, errors once at session start.
+
+The hosts here are this machine through a local connection with the emulator engine: no lab, no SSH.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+LOCAL = "local://?engine=emulator&loopback=1"
+LOCAL_YAML = """\
+all:
+  children:
+    san:
+      hosts:
+        localhost:
+          ansible_connection: local
+          san_engine: emulator
+          san_loopback: true
+"""
+TEST_HOSTS = """
+def test_hosts(san_backend):
+    print("HOSTS", [(a.host.name, a.host.connection, a.host.engine) for a in san_backend.agents])
+"""
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", *args)
+
+
+def test_host_url_without_an_inventory(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=TEST_HOSTS)
+    result = _run(pytester, "--san-backend=hil", f"--san-hosts={LOCAL}")
+    result.assert_outcomes(passed=1)
+    assert "HOSTS [('localhost', 'local', 'emulator')]" in result.stdout.str()
+
+
+def test_a_plain_name_without_an_inventory_is_one_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=TEST_HOSTS, test_two=TEST_HOSTS)
+    result = _run(pytester, "--san-backend=hil", "--san-hosts=lab1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--san-hosts 'lab1': a host name needs an inventory*ssh://*local://*"])
+    assert "test_one" not in result.stdout.str()
+
+
+def test_a_bad_host_url_is_one_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=TEST_HOSTS, test_two=TEST_HOSTS)
+    result = _run(pytester, "--san-backend=hil", "--san-hosts=ssh://lab1?devcie=rxe0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.str().count("unknown option 'devcie'") == 1
+
+
+def test_no_hosts_at_all_is_one_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=TEST_HOSTS, test_two=TEST_HOSTS)
+    result = _run(pytester, "--san-backend=hil")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.str().count("--san-backend=hil needs lab hosts") == 1
+
+
+def test_a_missing_inventory_is_one_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=TEST_HOSTS, test_two=TEST_HOSTS)
+    result = _run(pytester, "--san-backend=hil", "--san-inventory=nowhere.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.str().count("inventory file not found") == 1
+
+
+def test_names_still_select_from_the_inventory(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", lab=LOCAL_YAML)
+    pytester.makepyfile(test_one=TEST_HOSTS)
+    result = _run(pytester, "--san-backend=hil", "--san-inventory=lab.yaml", "--san-hosts=localhost")
+    result.assert_outcomes(passed=1)
+    bad = _run(pytester, "--san-backend=hil", "--san-inventory=lab.yaml", "--san-hosts=lab9")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*host 'lab9' is not in group 'san'*"])
+
+
+def test_the_same_host_twice_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=TEST_HOSTS)
+    result = _run(pytester, "--san-backend=hil", f"--san-hosts={LOCAL},{LOCAL}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*host 'localhost' given twice*"])
