@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -65,7 +66,8 @@ def pytest_report_header(config: pytest.Config) -> str:
 # --- the backend ----------------------------------------------------------------------------
 
 def backend_name(config: pytest.Config) -> str:
-    name = config.getoption("san_backend")
+    """``--san-backend``, else ``$SAN_BACKEND``, else the ``san_backend`` ini key, else the emulator."""
+    name = config.getoption("san_backend") or os.environ.get("SAN_BACKEND")
     return str(name) if name else str(config.getini("san_backend") or DEFAULT_BACKEND)
 
 
@@ -79,7 +81,7 @@ def _unknown_backend(config: pytest.Config, name: str) -> pytest.UsageError:
     known = ", ".join(repr(n) for n in names) or "(none)"
     if name in names:  # declared by pytest_san_backend_names, yet no pytest_san_make_backend built it
         return pytest.UsageError(f"no plugin built SAN backend {name!r}; known backends: {known}")
-    return pytest.UsageError(f"unknown SAN backend {name!r} (--san-backend / ini san_backend); "
+    return pytest.UsageError(f"unknown SAN backend {name!r} (--san-backend / SAN_BACKEND / ini san_backend); "
                              f"known backends: {known}")
 
 

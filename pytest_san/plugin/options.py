@@ -15,7 +15,8 @@ DEFAULT_BACKEND = "emulator"
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("san", "SAN conformance (pytest-san)")
     group.addoption("--san-backend", metavar="NAME", default=None,
-                    help=f"backend to run SAN tests on (default: ini san_backend, else {DEFAULT_BACKEND!r})")
+                    help=f"backend to run SAN tests on (default: $SAN_BACKEND, else ini san_backend, "
+                         f"else {DEFAULT_BACKEND!r})")
     group.addoption("--san-report", metavar="PATH", default=None,
                     help="write the conformance report (rule -> passed/failed/skipped) as JSON to PATH")
     parser.addini("san_backend", f"default for --san-backend (else {DEFAULT_BACKEND!r})",
@@ -39,7 +40,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
     # Lab hosts (--san-backend=hil).
     group.addoption("--san-inventory", metavar="PATH", default=None,
-                    help="lab inventory (Ansible-style YAML) for --san-backend=hil")
+                    help="lab inventory (Ansible-style YAML) for --san-backend=hil (default: $SAN_INVENTORY, else ini "
+                         "san_inventory, relative to the rootdir)")
     group.addoption("--san-group", metavar="GROUP", default=None,
                     help="inventory group whose hosts are used (default: san)")
     group.addoption("--san-hosts", metavar="HOSTS", default=None,

@@ -79,3 +79,45 @@ def test_the_same_host_twice_is_refused(pytester: pytest.Pytester) -> None:
     result = _run(pytester, "--san-backend=hil", f"--san-hosts={LOCAL},{LOCAL}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*host 'localhost' given twice*"])
+
+
+# -- item 2: SAN_BACKEND / SAN_INVENTORY, the ini key against the rootdir ----------------------------
+
+
+def test_environment_chooses_backend_and_inventory(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    inv = pytester.makefile(".yaml", lab=LOCAL_YAML)
+    pytester.makepyfile(test_one=TEST_HOSTS)
+    monkeypatch.setenv("SAN_BACKEND", "hil")
+    monkeypatch.setenv("SAN_INVENTORY", str(inv))
+    result = _run(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["san backend: hil"])
+    # the option beats the environment
+    result = _run(pytester, "--san-backend=emulator")
+    result.stdout.fnmatch_lines(["san backend: emulator"])
+
+
+def test_environment_beats_the_ini_key(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\nsan_backend = hil\nsan_inventory = nowhere.yaml\n")
+    inv = pytester.makefile(".yaml", lab=LOCAL_YAML)
+    pytester.makepyfile(test_one=TEST_HOSTS)
+    monkeypatch.setenv("SAN_BACKEND", "emulator")
+    _run(pytester).stdout.fnmatch_lines(["san backend: emulator"])
+    monkeypatch.setenv("SAN_BACKEND", "hil")
+    monkeypatch.setenv("SAN_INVENTORY", str(inv))
+    _run(pytester).assert_outcomes(passed=1)
+
+
+def test_ini_inventory_is_relative_to_the_rootdir(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SAN_BACKEND", raising=False)
+    monkeypatch.delenv("SAN_INVENTORY", raising=False)
+    pytester.makeini("[pytest]\nsan_backend = hil\nsan_inventory = lab/lab.yaml\n")
+    (pytester.path / "lab").mkdir()
+    (pytester.path / "lab" / "lab.yaml").write_text(LOCAL_YAML)
+    sub = pytester.path / "sub"
+    sub.mkdir()
+    (sub / "test_one.py").write_text(TEST_HOSTS)
+    monkeypatch.chdir(sub)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "--rootdir", str(pytester.path),
+                                           "-c", str(pytester.path / "tox.ini"), str(sub))
+    result.assert_outcomes(passed=1)
