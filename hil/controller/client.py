@@ -95,6 +95,8 @@ class AgentClient:
         if self.host.engine == "verbs":
             options = {"device": self.host.device, "gid_index": self.host.gid_index,
                        "netdev": self.host.netdev}
+            if self.host.device_port is not None:  # only when set: an older agent knows no port
+                options["port"] = self.host.device_port
         return options
 
     def _line(self, timeout: float, what: str) -> bytes:

@@ -1,6 +1,6 @@
 """One-off hosts given as strings instead of an inventory file (testinfra style)::
 
-    ssh://root@127.0.0.1:10022?engine=verbs&gid_index=1
+    ssh://root@127.0.0.1:10022?engine=verbs&device=rxe0&port=1&gid_index=1
     local://?engine=emulator&loopback=1
 
 A string becomes the inventory variables it stands for, which are checked as an inventory's are.
@@ -21,13 +21,15 @@ __all__ = ["parse_host_string"]
 _QUERY_FIELDS = ("engine", "device", "netdev", "gid_index", "loopback", "known_hosts", "key_file",
                  "python_interpreter")
 _QUERY_KEYS = {name: FIELD_KEYS[name] for name in _QUERY_FIELDS}
+_QUERY_KEYS["port"] = FIELD_KEYS["device_port"]  # the RDMA port (san_port); the SSH port is in the URL
 
 
 def parse_host_string(spec: str, *, check_files: bool = True) -> HostConfig:
     """``[ssh://][user@]host[:port][?k=v&...]`` or ``local://[?k=v&...]`` -> a validated host.
 
     Query keys are HostConfig field names (engine, device, netdev, gid_index, loopback, known_hosts,
-    key_file, python_interpreter); relative paths resolve against the current directory.
+    key_file, python_interpreter) and ``port``, the RDMA port (san_port; the SSH port is written
+    after the host); relative paths resolve against the current directory.
     """
     src = Source(f"host string {spec!r}", Path.cwd(), check_files)
     try:

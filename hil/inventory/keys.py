@@ -45,6 +45,7 @@ KEYS: dict[str, tuple[str, Parser]] = {
     "ansible_connection": ("connection", choice(("ssh", "local"))),
     "san_engine": ("engine", choice(("verbs", "emulator"))),
     "san_device": ("device", optional(text)),
+    "san_port": ("device_port", optional(integer(1, 255, "an RDMA port number 1-255"))),
     "san_netdev": ("netdev", optional(text)),
     "san_gid_index": ("gid_index", optional(integer(0, None, "an integer >= 0"))),
     "san_loopback": ("loopback", boolean),

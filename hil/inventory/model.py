@@ -47,6 +47,7 @@ class HostConfig:
     connection: Connection = "ssh"  # ansible_connection
     engine: Engine = "verbs"  # san_engine
     device: str | None = None  # san_device; None: first active port
+    device_port: int | None = None  # san_port: the device's port number; None: its first ACTIVE port
     netdev: str | None = None  # san_netdev
     gid_index: int | None = None  # san_gid_index
     loopback: bool = False  # san_loopback: both ends of a connection on this host

@@ -9,6 +9,7 @@ raised at session start (``hooks.pytest_sessionstart``), not once per test.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def select_hosts(config: pytest.Config) -> list[HostConfig]:
             hosts.append(parse_host_string(url))
         except InventoryError as exc:
             raise pytest.UsageError(f"--san-hosts: {exc}") from None
+    hosts = [_override(config, host) for host in hosts]
     seen: set[str] = set()
     for host in hosts:
         if host.name in seen:
@@ -73,3 +75,25 @@ def select_hosts(config: pytest.Config) -> list[HostConfig]:
         seen.add(host.name)
     config.stash[HOSTS_KEY] = hosts
     return hosts
+
+
+# --san-device / --san-port / --san-gid-index -> HostConfig field, and the check the inventory key gets
+_OVERRIDES = {"san_device": "device", "san_port": "device_port", "san_gid_index": "gid_index"}
+_RANGES = {"san_port": (1, 255), "san_gid_index": (0, None)}
+
+
+def _override(config: pytest.Config, host: HostConfig) -> HostConfig:
+    """``host`` with the command line's device, port and GID index, which apply to every selected host."""
+    changes: dict[str, object] = {}
+    for option, field in _OVERRIDES.items():
+        value = config.getoption(option)
+        if value is None:
+            continue
+        low, high = _RANGES.get(option, (None, None))
+        if isinstance(value, int) and ((low is not None and value < low) or (high is not None and value > high)):
+            wanted = f"{low}-{high}" if high is not None else f">= {low}"
+            raise pytest.UsageError(f"--{option.replace('_', '-')} {value}: expected an integer {wanted}")
+        if isinstance(value, str) and not value.strip():
+            raise pytest.UsageError(f"--{option.replace('_', '-')}: expected a device name")
+        changes[field] = value
+    return dataclasses.replace(host, **changes) if changes else host  # type: ignore[arg-type]

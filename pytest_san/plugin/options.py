@@ -54,6 +54,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--san-hosts-per-worker", metavar="N|auto|all", default=None,
                     help="hosts each pytest process or xdist worker leases out of the selected ones; auto "
                          "(default): 1 if every host is emulator-engine or san_loopback, else 2 (a pair)")
+    group.addoption("--san-device", metavar="NAME", default=None,
+                    help="RDMA device on every selected host (overrides san_device)")
+    group.addoption("--san-port", metavar="N", type=int, default=None,
+                    help="RDMA port number on every selected host (overrides san_port; default: the first ACTIVE)")
+    group.addoption("--san-gid-index", metavar="N", type=int, default=None,
+                    help="GID table index on every selected host (overrides san_gid_index)")
     parser.addini("san_inventory", "lab inventory for --san-backend=hil", default=None)
     parser.addini("san_group", "inventory group used by --san-backend=hil", default="san")
     parser.addini("san_lease_timeout", "default for --san-lease-timeout (seconds)", default="")

@@ -695,6 +695,12 @@ def test_device_and_gid_selection_from_sysfs(tmp_path: Path) -> None:
         host.select_device("mlx0", sysfs=sysfs)
     with pytest.raises(host.NoRdmaDevice, match="not found"):
         host.select_device("nope", sysfs=sysfs)
+    port("rxe0", 2, "1: DOWN", {})
+    port("rxe1", 2, "4: ACTIVE", {})
+    assert host.select_device(sysfs=sysfs, port=2) == ("rxe1", 2)  # san_port: the first device with it ACTIVE
+    assert host.select_device("rxe0", sysfs=sysfs, port=1) == ("rxe0", 1)
+    with pytest.raises(host.NoRdmaDevice, match="port 2 ACTIVE"):
+        host.select_device("rxe0", sysfs=sysfs, port=2)
     assert host.select_gid_index("rxe0", 1, sysfs=sysfs) == 1  # the IPv4-mapped RoCE v2 GID
     assert host.select_gid_index("rxe0", 1, 0, sysfs=sysfs) == 0
     with pytest.raises(host.NoRdmaDevice):

@@ -5,6 +5,8 @@ The hosts here are this machine through a local connection with the emulator eng
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 LOCAL = "local://?engine=emulator&loopback=1"
@@ -121,3 +123,50 @@ def test_ini_inventory_is_relative_to_the_rootdir(pytester: pytest.Pytester, mon
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "--rootdir", str(pytester.path),
                                            "-c", str(pytester.path / "tox.ini"), str(sub))
     result.assert_outcomes(passed=1)
+
+
+# -- item 3: san_port, and --san-device/--san-port/--san-gid-index on every host ---------------------
+
+TEST_DEVICE = """
+def test_device(san_backend):
+    print("DEVICE", [(a.host.name, a.host.device, a.host.device_port, a.host.gid_index) for a in san_backend.agents])
+"""
+
+
+def test_san_port_in_an_inventory_and_a_host_url() -> None:
+    from types import SimpleNamespace
+
+    from hil.controller.client import AgentClient
+    from hil.inventory import InventoryError, parse_host_string
+
+    host = parse_host_string("ssh://root@lab1:2222?device=rxe0&port=1&gid_index=1", check_files=False)
+    assert (host.port, host.device, host.device_port, host.gid_index) == (2222, "rxe0", 1, 1)
+    assert AgentClient._engine_options(SimpleNamespace(host=host)) == {  # type: ignore[arg-type]
+        "device": "rxe0", "gid_index": 1, "netdev": None, "port": 1}
+    assert "port" not in AgentClient._engine_options(SimpleNamespace(  # type: ignore[arg-type]
+        host=parse_host_string("ssh://lab1", check_files=False)))
+    with pytest.raises(InventoryError, match="san_port: expected an RDMA port number 1-255"):
+        parse_host_string("ssh://lab1?port=0", check_files=False)
+
+
+def test_san_port_key_is_read(tmp_path: Path) -> None:
+    from hil.inventory import load_inventory
+
+    path = tmp_path / "lab.yaml"
+    path.write_text(LOCAL_YAML.replace("san_loopback: true", "san_loopback: true\n          san_port: 2"))
+    assert load_inventory(path).hosts["localhost"].device_port == 2
+
+
+def test_command_line_overrides_every_host(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=TEST_DEVICE)
+    result = _run(pytester, "--san-backend=hil", f"--san-hosts={LOCAL}", "--san-device=rxe7", "--san-port=2",
+                  "--san-gid-index=3")
+    result.assert_outcomes(passed=1)
+    assert "DEVICE [('localhost', 'rxe7', 2, 3)]" in result.stdout.str()
+
+
+def test_a_bad_override_is_one_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=TEST_DEVICE)
+    result = _run(pytester, "--san-backend=hil", f"--san-hosts={LOCAL}", "--san-port=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--san-port 0: expected an integer 1-255*"])

@@ -1,6 +1,7 @@
 """Which RDMA device, port and GID the verbs engine uses on this host, and which Python has pyverbs.
 
-``select_device(name)`` -> (device, port): the named device or the first with an ACTIVE port;
+``select_device(name, port=None)`` -> (device, port): the named device or the first with an ACTIVE
+port (that port, when ``port`` is given);
 ``select_gid_index`` -> the given index or the first RoCE v2 IPv4-mapped GID. With no device at
 all this raises ``NoRdmaDevice`` with a plain reason (pyverbs' ``get_device_list()`` raises rather
 than returning [] then). ``pyverbs_python`` finds an interpreter that can import pyverbs.
@@ -60,8 +61,9 @@ def port_states(device: str, sysfs: str = SYSFS) -> dict[int, str]:
     return out
 
 
-def select_device(name: str | None = None, sysfs: str = SYSFS) -> tuple[str, int]:
-    """(device, port): ``name`` (san_device) or the first device with an ACTIVE port."""
+def select_device(name: str | None = None, sysfs: str = SYSFS, port: int | None = None) -> tuple[str, int]:
+    """(device, port): ``name`` (san_device) or the first device with an ACTIVE port; ``port`` (san_port)
+    restricts the choice to that port number, which must be ACTIVE."""
     devices = list_devices(sysfs)
     if name is not None:
         if name not in devices:
@@ -72,11 +74,12 @@ def select_device(name: str | None = None, sysfs: str = SYSFS) -> tuple[str, int
     seen = []
     for dev in candidates:
         states = port_states(dev, sysfs)
-        for port, state in states.items():
-            if "ACTIVE" in state.upper().split(":")[-1]:
-                return dev, port
+        for number, state in states.items():
+            if (port is None or number == port) and "ACTIVE" in state.upper().split(":")[-1]:
+                return dev, number
         seen.append("{} {}".format(dev, states or "(no ports)"))
-    raise NoRdmaDevice("no RDMA device with an ACTIVE port: {}".format("; ".join(seen)))
+    wanted = "an ACTIVE port" if port is None else f"port {port} ACTIVE (san_port)"
+    raise NoRdmaDevice("no RDMA device with {}: {}".format(wanted, "; ".join(seen)))
 
 
 def gid_table(device: str, port: int, sysfs: str = SYSFS) -> list[tuple[int, str, str]]:

@@ -249,9 +249,9 @@ class VerbsEngine:
     name = "verbs"
 
     def __init__(self, host: str, device: str | None = None, gid_index: int | None = None,
-                 netdev: str | None = None) -> None:
+                 netdev: str | None = None, port: int | None = None) -> None:
         self.host = host
-        self.device, self.port = select_device(device)
+        self.device, self.port = select_device(device, port=port)
         self.gid_index = select_gid_index(self.device, self.port, gid_index)
         self.netdev = netdev
         self.processes: list[VerbsProcess] = []
