@@ -13,11 +13,23 @@ from tests.support.sshd import SSHD, SshServer, start_sshd
 
 pytest_plugins = ["pytester"]
 
+# Slow tests (marker ``slow``) run once, in CI's main test stage, and not in every tox environment
+# (``-m "not slow"``): those that start a real OpenSSH server (the sshd fixture, directly or through
+# another fixture) and those that need a running Soft-RoCE lab.
+SLOW_FIXTURES = frozenset({"sshd"})
+SLOW_MODULES = frozenset({"test_lab_faults.py", "test_lab_fuzz.py"})
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # The plugin is found through its pytest11 entry point: the package must be installed.
     if not config.pluginmanager.hasplugin("san"):
         raise pytest.UsageError("pytest-san is not installed in this environment: pip install -e '.[test]'")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -71,7 +71,7 @@ def leaves_nothing_behind() -> Iterator[None]:
     assert not leftovers()
 
 
-@pytest.fixture(params=["local", "ssh"])
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.slow)])  # ssh: the real sshd
 def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Transport]:
     extra = {"san_remote_tmp": str(tmp_path)}  # pushes land in the test's own directory
     if request.param == "local":
