@@ -64,7 +64,7 @@ class TestResult:
 
 @dataclasses.dataclass
 class ModelResult:
-    """What ``pytest --pyargs pytest_san.model`` found (the report's ``"model"`` section, SPEC 5.1).
+    """What ``pytest --pyargs pytest_san.model`` found (the report's ``"model"`` section, CONTRACT.md section 5).
 
     ``divergences`` are as ``pytest_san.model`` renders them (dicts with the shrunk steps); ``costs``
     holds each run's cost line; under pytest-xdist the controller merges every worker's runs.

@@ -1,4 +1,4 @@
-"""The reference model: random SPI sequences checked, step by step, against a model written from SPEC.md.
+"""The reference model: random SPI sequences checked, step by step, against a model written from CONTRACT.md.
 
 ``pytest --pyargs pytest_san.model [--san-backend hil --san-inventory lab.yaml]`` model-checks the
 selected backend (test_model.py); ``--san-model-differential`` also replays every sequence on a fresh

@@ -1,4 +1,4 @@
-"""The reference model: what a provider must answer to each step, written from SPEC.md, not from a provider.
+"""The reference model: what a provider must answer to each step, written from CONTRACT.md, not from a provider.
 
 ``Model.apply(step)`` returns what it expects (state.Expect: an error code at the call, or the call's
 result and the operations that complete, with statuses and byte counts) and moves the model on, as

@@ -17,7 +17,7 @@ from pytest_san.plugin.hooks import record_model
 from pytest_san.protocols import Backend
 from pytest_san.report import ModelResult
 
-# What the model checks (SPEC.md section 3): the provider's rules; R9/R10 are the switch's, P1-P5 the proxy's.
+# What the model checks (CONTRACT.md section 3): the provider's rules; R9/R10 are the switch's, P1-P5 the proxy's.
 RULES = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R11", "R12", "R13", "R14")
 
 
