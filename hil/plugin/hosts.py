@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hil.extras import missing_extra
 from hil.inventory import HostConfig, InventoryError, load_inventory, parse_host_string
 
 __all__ = ["HOSTS_KEY", "inventory_path", "select_hosts"]
@@ -62,6 +63,8 @@ def select_hosts(config: pytest.Config) -> list[HostConfig]:
             hosts = load_inventory(path).select(group, names or None)
         except InventoryError as exc:
             raise pytest.UsageError(str(exc)) from None
+        except ImportError as exc:  # PyYAML
+            raise pytest.UsageError(f"--san-inventory: {missing_extra(exc) or exc}") from None
     for url in urls:
         try:
             hosts.append(parse_host_string(url))
@@ -73,6 +76,11 @@ def select_hosts(config: pytest.Config) -> list[HostConfig]:
         if host.name in seen:
             raise pytest.UsageError(f"--san-hosts: host {host.name!r} given twice; each host once")
         seen.add(host.name)
+    if any(host.connection == "ssh" for host in hosts):
+        try:
+            import paramiko  # noqa: F401  (imported by the SSH transport only when it connects)
+        except ImportError as exc:
+            raise pytest.UsageError(f"--san-backend=hil with SSH hosts: {missing_extra(exc) or exc}") from None
     config.stash[HOSTS_KEY] = hosts
     return hosts
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hil.extras import missing_extra
 from hil.inventory import InventoryError, load_inventory
 
 
@@ -55,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         status: int = args.run(args)
     except InventoryError as exc:
         print(f"san-hil: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        why = missing_extra(exc)
+        if why is None:
+            raise
+        print(f"san-hil {args.command}: {why}", file=sys.stderr)
         return 2
     return status
 

@@ -8,6 +8,7 @@ same name, or lacks a backend's dependencies, is unaffected unless it selects th
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import EntryPoint, entry_points
 
 import pytest
@@ -31,5 +32,26 @@ def load_backend_plugin(config: pytest.Config, name: str) -> None:
         cause = exc.__cause__ or exc
         why = str(cause) if isinstance(cause, ImportError) else f"{type(cause).__name__}: {cause}"
         dist = f" (from {ep.dist.name})" if ep.dist is not None else ""
+        extra = _extra_providing(ep, cause)
+        if extra is not None and ep.dist is not None:
+            raise pytest.UsageError(f"--san-backend={name} needs the {extra} extra: "
+                                    f"pip install '{ep.dist.name}[{extra}]' ({why})") from None
         raise pytest.UsageError(f"--san-backend={name}: its plugin {ep.module}{dist} cannot be imported: "
                                 f"{why}") from None
+
+
+# import name -> distribution name, where they differ
+_DISTRIBUTION_OF = {"yaml": "pyyaml"}
+
+
+def _extra_providing(ep: EntryPoint, cause: BaseException) -> str | None:
+    """The extra of the entry point's distribution that requires the module whose import failed."""
+    if not isinstance(cause, ImportError) or not cause.name or ep.dist is None:
+        return None
+    top = cause.name.partition(".")[0]
+    wanted = _DISTRIBUTION_OF.get(top, top).lower().replace("_", "-")
+    for requirement in ep.dist.requires or []:
+        found = re.match(r"\s*([A-Za-z0-9._-]+)[^;]*;.*\bextra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+        if found and found.group(1).lower().replace("_", "-") == wanted:
+            return found.group(2)
+    return None

@@ -5,6 +5,7 @@ The hosts here are this machine through a local connection with the emulator eng
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,44 @@ def test_a_bad_override_is_one_usage_error(pytester: pytest.Pytester) -> None:
     result = _run(pytester, "--san-backend=hil", f"--san-hosts={LOCAL}", "--san-port=0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--san-port 0: expected an integer 1-255*"])
+
+
+# -- item 5: without the hil extra, one line naming it -------------------------------------------------
+
+BLOCKER = """
+import sys
+for name in {names!r}:
+    sys.modules[name] = None  # `import name` now fails as if it were not installed
+"""
+
+
+@pytest.mark.parametrize("missing", ["paramiko", "yaml"])
+def test_without_the_hil_extra_one_line_names_it(pytester: pytest.Pytester, missing: str) -> None:
+    pytester.makepyfile(blocker=BLOCKER.format(names=[missing]), test_one=TEST_HOSTS)
+    pytester.makefile(".yaml", lab=LOCAL_YAML.replace("ansible_connection: local", "ansible_host: 127.0.0.1"))
+    result = _run(pytester, "-p", "blocker", "--san-backend=hil", "--san-inventory=lab.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in result.stderr.str().splitlines() if line.strip()]
+    assert len(lines) == 1 and missing in lines[0] and "pip install 'pytest-san[hil]'" in lines[0], lines
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_san_hil_without_the_hil_extra_one_line_names_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from hil.tools.cli import main
+
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    (tmp_path / "lab.yaml").write_text(LOCAL_YAML)
+    assert main(["prepare", "--inventory", str(tmp_path / "lab.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "pip install 'pytest-san[hil]'" in err
+
+
+def test_a_backend_plugin_import_failure_names_the_extra() -> None:
+    from pytest_san.plugin.backends import _extra_providing, backend_entry_points
+
+    ep = backend_entry_points()["hil"]
+    assert _extra_providing(ep, ModuleNotFoundError("No module named 'yaml'", name="yaml")) == "hil"
+    assert _extra_providing(ep, ModuleNotFoundError("No module named 'paramiko.x'", name="paramiko.x")) == "hil"
+    assert _extra_providing(ep, ModuleNotFoundError("No module named 'nope'", name="nope")) is None
