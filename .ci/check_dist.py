@@ -31,6 +31,9 @@ def main(wheel: str, sdist: str) -> int:
         members = archive.getnames()
     root = members[0].split("/")[0]
     missing += [f"sdist: {n}" for n in SDIST_NEEDS if f"{root}/{n}" not in members]
+    stray = [m for m in members + names if "__pycache__" in m or m.endswith((".pyc", ".pyo"))]
+    if stray:
+        missing.append(f"no bytecode, but found {stray[:5]} ({len(stray)} in all)")
     if missing:
         print(f"ci: the distribution lacks {', '.join(missing)}", file=sys.stderr)
         return 1
