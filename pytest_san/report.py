@@ -79,9 +79,11 @@ class ModelResult:
     seconds: float = 0.0
     costs: list[str] = dataclasses.field(default_factory=list)
     alternatives: dict[str, int] = dataclasses.field(default_factory=dict)  # documented alternative -> steps
+    regressions: int = 0  # past divergences' sequences replayed
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "sequences": self.sequences, "steps": self.steps,
+                "regressions": self.regressions,
                 "divergences": list(self.divergences), "seeds": list(self.seeds), "differential": self.differential,
                 "seconds": round(self.seconds, 3), "costs": list(self.costs),
                 "alternatives": dict(sorted(self.alternatives.items()))}
@@ -92,12 +94,14 @@ class ModelResult:
                    list(data.get("divergences", ())), [int(s) for s in data.get("seeds", ())],
                    bool(data.get("differential", False)), float(data.get("seconds", 0.0)),
                    [str(c) for c in data.get("costs", ())],
-                   {str(k): int(v) for k, v in dict(data.get("alternatives", {})).items()})
+                   {str(k): int(v) for k, v in dict(data.get("alternatives", {})).items()},
+                   int(data.get("regressions", 0)))
 
     def merge(self, other: ModelResult) -> None:
         self.backend = self.backend or other.backend
         self.sequences += other.sequences
         self.steps += other.steps
+        self.regressions += other.regressions
         self.divergences += other.divergences
         self.seeds += other.seeds
         self.differential = self.differential or other.differential
@@ -111,7 +115,8 @@ class ModelResult:
         mode = " (differential, against a fresh emulator)" if self.differential else ""
         seeds = ", ".join(str(s) for s in self.seeds)
         out = [(f"model on {self.backend or '(none)'}{mode}: {self.sequences} sequences, {self.steps} steps, "
-                f"{len(self.divergences)} divergence(s); seed {seeds} (replay: --san-model-seed)", False)]
+                f"{self.regressions} regressions, {len(self.divergences)} divergence(s); seed {seeds} "
+                "(replay: --san-model-seed)", False)]
         out += [(f"  cost: {cost}", False) for cost in self.costs]
         if self.alternatives:
             met = ", ".join(f"{name} {count}" for name, count in sorted(self.alternatives.items()))

@@ -27,8 +27,6 @@ RC_QUEUE_ORDER = "rc-queue-order"
 LOCAL_BREAK = "local-error-breaks-local-end"
 FOREIGN_BUFFER = "foreign-buffer-at-call"
 LKEY_STATUS = "unknown-lkey-status"
-LKEY_RECEIVE = "unknown-lkey-in-receive"
-LKEY_READ = "unknown-lkey-read-remote-first"
 SHORT_RECEIVE = "short-receive-status"
 ZERO_RDMA = "zero-byte-rdma"
 
@@ -52,23 +50,12 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "another process's address means nothing in the owner's verbs process; SPEC section 6 allows "
                 "either answer"),
     Alternative(LKEY_STATUS, "verbs",
-                "a handle neither registered on the socket nor known to its process (foreign, stale, junk)",
+                "a send or rdma_write source, posted on an idle send queue, whose handle is neither registered "
+                "on the socket nor known to its process (foreign, stale, junk)",
                 "LOCAL_PROTECTION",
                 "LOCAL_PROTECTION or REMOTE_OPERATION",
-                "the NIC checks an lkey it does not know; rxe reports LOC_QP_OP_ERR (REMOTE_OPERATION) where "
-                "other NICs report LOC_PROT_ERR"),
-    Alternative(LKEY_RECEIVE, "verbs",
-                "a receive whose buffers carry such a handle",
-                "LOCAL_PROTECTION at once",
-                "the receive stays pending; the first message into it completes it LOCAL_PROTECTION or "
-                "REMOTE_OPERATION, the send REMOTE_OPERATION, and both ends go to error",
-                "a receive's lkeys are checked only when a message lands in it"),
-    Alternative(LKEY_READ, "verbs",
-                "an rdma_read with such a handle and a window the responder refuses",
-                "LOCAL_PROTECTION",
-                "ACCESS_VIOLATION (both ends go to error)",
-                "the local sink of a read is checked only when the response arrives, after the responder's "
-                "window check"),
+                "the NIC checks an lkey the provider does not know; rxe reports LOC_QP_OP_ERR (REMOTE_OPERATION) "
+                "where other NICs report LOC_PROT_ERR"),
     Alternative(SHORT_RECEIVE, "verbs",
                 "a receive too small for the message",
                 "LOCAL_LENGTH",

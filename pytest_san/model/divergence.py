@@ -14,7 +14,8 @@ from .steps import Namer, Plan, Step, Transfer
 
 @dataclasses.dataclass
 class Divergence:
-    kind: str  # "model": a backend answered otherwise than the model; "differential": two backends differ
+    kind: str  # "model": a backend answered otherwise than the model; "differential": two backends differ;
+    # "regression": a sequence of regressions.py failed again; "flaky": the same steps replayed did not diverge
     seed: int
     sequence: int
     side: str  # the backend that went wrong, or "both" (differential)
@@ -22,14 +23,19 @@ class Divergence:
     step_kind: str  # what kind of step went wrong ("end": the checks when the sequence ended)
     steps: list[Step]
     lines: list[str] = dataclasses.field(default_factory=list)
+    name: str = ""  # a regression's name (regressions.py)
 
     @property
     def signature(self) -> tuple[str, str, str]:
         return self.side, self.problem.category, self.step_kind
 
     def title(self) -> str:
-        return (f"{self.side}: {self.problem.category} after a {self.step_kind} step "
-                f"(seed {self.seed}, sequence {self.sequence}, {len(self.steps)} steps after shrinking)")
+        where = f"seed {self.seed}, sequence {self.sequence}, {len(self.steps)} steps after shrinking"
+        if self.kind == "regression":
+            where = f"regression: {self.name}"
+        elif self.kind == "flaky":
+            where = f"seed {self.seed}, sequence {self.sequence}, {len(self.steps)} steps; did not reproduce"
+        return f"{self.side}: {self.problem.category} after a {self.step_kind} step ({where})"
 
     def render(self) -> str:
         return "\n".join([self.title(), *self.lines])

@@ -210,8 +210,8 @@ class Side:
             if op is None:
                 continue  # its call did not return an operation: a problem already
             want = " or ".join(sorted(s.name for s in statuses)) + (f" {nbytes} bytes" if nbytes else "")
-            try:
-                done = op.wait(self.timeout)
+            try:  # once the step went wrong, what has not completed is only reported, not waited for
+                done = op.wait(0 if seen.problems else self.timeout)
             except Exception as exc:
                 seen.done[op_id] = "still pending" if isinstance(exc, TimeoutError) else repr(exc)
                 seen.problem("completion", f"operation of step op#{op_id}: {seen.done[op_id]}, expected {want}")

@@ -20,8 +20,9 @@ from .alternatives import active
 from .divergence import Divergence, listing, step_kind
 from .execute import Cost, Problem, Seen, Side
 from .generate import Generator
+from .regressions import REGRESSIONS, Regression
 from .shrink import shrink
-from .steps import Step
+from .steps import Plan, Step
 from .world import World
 
 MAX_DIVERGENCES = 5  # distinct ones: then the run stops (each costs a shrink)
@@ -45,7 +46,9 @@ class Summary:
     differential: bool
     sequences: int = 0
     steps: int = 0
+    regressions: int = 0  # sequences of regressions.py replayed first
     seconds: float = 0.0
+    shrinking: float = 0.0  # of ``seconds``: replaying divergences to shrink them
     divergences: list[Divergence] = dataclasses.field(default_factory=list)
     cost: Cost = dataclasses.field(default_factory=Cost)
     alternatives: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -53,13 +56,15 @@ class Summary:
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "sequences": self.sequences, "steps": self.steps,
                 "divergences": [d.to_dict() for d in self.divergences], "seeds": [self.seed],
-                "differential": self.differential, "seconds": round(self.seconds, 3),
+                "differential": self.differential, "seconds": round(self.seconds, 3), "regressions": self.regressions,
                 "alternatives": dict(sorted(self.alternatives.items()))}
 
     def cost_line(self) -> str:
         c, n, k = self.cost, max(self.steps, 1), max(self.sequences, 1)
-        return (f"{self.sequences} sequences, {self.steps} steps in {self.seconds:.1f} s: "
-                f"{self.seconds / k:.2f} s a sequence (connecting {c.setup / k:.2f} s, closing and final checks "
+        running = self.seconds - self.shrinking
+        shrunk = f" (and {self.shrinking:.1f} s shrinking)" if self.shrinking else ""
+        return (f"{self.sequences} sequences, {self.steps} steps in {running:.1f} s{shrunk}: "
+                f"{running / k:.2f} s a sequence (connecting {c.setup / k:.2f} s, closing and final checks "
                 f"{c.finish / k:.2f} s), {1000 * (c.calls + c.checks) / n:.1f} ms a step "
                 f"(calls {1000 * c.calls / n:.1f} ms, checks {1000 * c.checks / n:.1f} ms)")
 
@@ -70,8 +75,10 @@ Outcome = tuple[int | None, str, Problem]  # (step index or None for the end, si
 class ModelRun:
     """Model-check ``backend`` (``pytest_san.model``'s test calls ``run``)."""
 
-    def __init__(self, backend: Backend, budget: Budget, *,
+    def __init__(self, backend: Backend, budget: Budget, *, plan: Plan | None = None,
                  reference: Callable[[int], Backend] | None = None, log: Callable[[str], None] = print) -> None:
+        """``plan``: which nodes the processes live on (default: as many of the backend's nodes as it has, up to
+        three); ``reference``: builds the differential mode's backend from a node count (default: the emulator)."""
         self.backend = backend
         self.budget = budget
         self.log = log
@@ -79,7 +86,7 @@ class ModelRun:
         self.alts = active(backend.capabilities)
         self.full = budget.checks == "all" or (budget.checks == "auto" and backend.name == "emulator")
         self.slow = "verbs" in backend.capabilities
-        self.world = World(backend)
+        self.world = World(backend, plan)
         self.reference = reference
         if budget.differential and reference is None:
             from ..emulator import EmulatorBackend  # the in-process emulator, unwrapped
@@ -101,6 +108,8 @@ class ModelRun:
         t0 = time.monotonic()
         until = None if self.budget.deadline is None else t0 + self.budget.deadline
         summary = self.summary
+        for regression in REGRESSIONS:
+            self._regression(regression)
         for k in range(self.budget.sequences):
             if until is not None and time.monotonic() > until:
                 self.log(f"san model: deadline reached after {k} sequences")
@@ -122,10 +131,11 @@ class ModelRun:
             side.start()
         gen = Generator(model, random.Random(f"{self.seed}/{k}"), slow=self.slow)
         steps: list[Step] = []
+        seen: list[list[Seen]] = []
         outcome: Outcome | None = None
         for i in range(self.budget.steps):
             steps.append(gen.next())
-            outcome = self._step(sides, steps[-1], i, alternatives=self.summary.alternatives)
+            outcome = self._step(sides, steps[-1], i, seen, alternatives=self.summary.alternatives)
             self.summary.steps += 1
             if outcome is not None:
                 break
@@ -135,7 +145,7 @@ class ModelRun:
         if outcome is None:
             return
         self._cleanup(sides)
-        self._diverged(k, steps, outcome, until)
+        self._diverged(k, steps, seen, outcome, until)
 
     def _step(self, sides: Sequence[Side], step: Step, index: int, seens: list[list[Seen]] | None = None,
               alternatives: collections.Counter[str] | None = None) -> Outcome | None:
@@ -166,7 +176,7 @@ class ModelRun:
         if not sides[0].abandon():
             self.log("san model: the backend kept something after a divergence: resetting it")
             self.backend.reset()
-            self.world = World(self.backend)
+            self.world = World(self.backend, self.world.plan)
         self.world.forget_bytes()
 
     # -- a divergence ----------------------------------------------------------------------------
@@ -185,19 +195,34 @@ class ModelRun:
             self._cleanup(sides)
         return outcome
 
+    def _regression(self, regression: Regression) -> None:
+        seens: list[list[Seen]] = []
+        outcome = self._replay(regression.steps, seens)
+        self.summary.regressions += 1
+        if outcome is None:
+            return
+        index, side, problem = outcome
+        steps = list(regression.steps)
+        div = Divergence("regression", self.seed, -1, side, problem,
+                         step_kind(steps[index] if index is not None else None), steps, name=regression.name)
+        div.lines = listing(self.world.plan, steps, seens, self.names, index, problem)
+        self.summary.divergences.append(div)
+        self.log(div.render())
+
     @staticmethod
     def _signature(steps: Sequence[Step], outcome: Outcome) -> tuple[str, str, str]:
         index, side, problem = outcome
         return side, problem.category, step_kind(steps[index] if index is not None else None)
 
-    def _diverged(self, k: int, steps: list[Step], outcome: Outcome, until: float | None) -> None:
+    def _diverged(self, k: int, steps: list[Step], seen: list[list[Seen]], outcome: Outcome,
+                  until: float | None) -> None:
         index, side, problem = outcome
         signature = self._signature(steps, outcome)
-        kind = signature[2]
         if any(d.signature == signature for d in self.summary.divergences):
-            self.log(f"san model: sequence {k}: again {side}: {problem.category} after a {kind} step")
+            self.log(f"san model: sequence {k}: again {side}: {problem.category} after a {signature[2]} step")
             return
         self.log(f"san model: sequence {k}: {side}: {problem.message}; shrinking {len(steps)} steps")
+        t0 = time.monotonic()
         if index is not None:
             steps = steps[:index + 1]
 
@@ -205,20 +230,28 @@ class ModelRun:
             got = self._replay(candidate)
             return got is not None and self._signature(candidate, got) == signature
 
-        replays = self.budget.shrink_replays
-        if replays is None:
-            replays = 200 if self.backend.name == "emulator" and not self.budget.differential else 60
-        small = shrink(steps, same, budget=replays, until=until)
-        seens: list[list[Seen]] = []
-        final = self._replay(small, seens)
-        if final is None or self._signature(small, final) != signature:  # flaky: show the unshrunk steps
-            small, seens = steps, []
-            final = self._replay(small, seens) or outcome
+        small, seens, final = steps, seen, outcome
+        if not same(steps):  # not even the same steps again: nothing to shrink
+            kind = "flaky"
+        else:
+            kind = "differential" if side == "both" else "model"
+            replays = self.budget.shrink_replays
+            if replays is None:
+                replays = 200 if self.backend.name == "emulator" and not self.budget.differential else 60
+            shrunk = shrink(steps, same, budget=replays, until=until)
+            again: list[list[Seen]] = []
+            got = self._replay(shrunk, again)
+            if got is not None and self._signature(shrunk, got) == signature:
+                small, seens, final = shrunk, again, got
         index, side, problem = final
-        div = Divergence("differential" if side == "both" else "model", self.seed, k, side, problem,
-                         step_kind(small[index] if index is not None else None), small)
+        div = Divergence(kind, self.seed, k, side, problem, step_kind(small[index] if index is not None else None),
+                         small)
         div.lines = listing(self.world.plan, small, seens, self.names, index, problem)
+        if kind == "flaky":
+            div.lines.append("  (replayed, the same steps did not diverge: the backend's timing, or another user "
+                             "of its hosts; run again)")
         self.summary.divergences.append(div)
+        self.summary.shrinking += time.monotonic() - t0
         self.log(div.render())
 
 

@@ -42,7 +42,8 @@ def test_model(san_backend: Backend, pytestconfig: pytest.Config) -> None:
     data = summary.to_dict()
     record_model(pytestconfig, ModelResult(summary.backend, summary.sequences, summary.steps, data["divergences"],
                                            [summary.seed], summary.differential, summary.seconds,
-                                           [f"{summary.backend}: {summary.cost_line()}"], data["alternatives"]))
+                                           [f"{summary.backend}: {summary.cost_line()}"], data["alternatives"],
+                                           summary.regressions))
     if summary.divergences:
         shown = "\n\n".join(d.render() for d in summary.divergences)
         pytest.fail(f"{len(summary.divergences)} divergence(s) from the model on {san_backend.name} "

@@ -90,8 +90,9 @@ class TransferModel:
                    if t.proc == s.proc and t is not s and t.state != "closed")
 
     def _local(self, s: MSock, entries: list[tuple[View, KeyValue]], need: int) -> tuple[str, list[MReg]]:
-        """"ok", "refused" (the provider refuses the entries at once: R1, R3, R6-R8) or "nic" (a handle
-        unknown to the process, which only the NIC checks), and the registrations the good entries use."""
+        """"ok", "refused" (the provider refuses the entries at once: R1, R3, R6-R8) or "nic" (a source's
+        handle unknown to the process, on an idle send queue: only the NIC checks it), and the registrations
+        the good entries use."""
         regs: list[MReg] = []
         nic = False
         for (pi, bi, off, n), value in entries:
@@ -99,7 +100,7 @@ class TransferModel:
             if pi != s.proc:
                 return "refused", []
             if reg is None:
-                if self._on(alt.LKEY_STATUS) and not self._known_in_process(s, value):
+                if need == R and not s.sq and self._on(alt.LKEY_STATUS) and not self._known_in_process(s, value):
                     nic = True
                     continue
                 return "refused", []
@@ -179,8 +180,6 @@ class TransferModel:
     def _post(self, op: MOp) -> None:
         s = op.sock
         if op.kind == "recv":
-            if op.nic_bad:
-                self.exp.alternatives.add(alt.LKEY_RECEIVE)
             s.recvs.append(op)
             self.ops[op.id] = op
             assert s.peer is not None
@@ -227,8 +226,7 @@ class TransferModel:
         self.ops.pop(op.id, None)
         write = op.kind == "rdma_write"
         if s.dead_peer:  # the request goes out to a QP in error: no answer, the retries run out
-            nic_first = op.nic_bad and write
-            self._complete(op, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION} if nic_first else {S.CONNECTION_RESET})
+            self._complete(op, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION} if op.nic_bad else {S.CONNECTION_RESET})
             self._fail(s)
             return
         # The responder checks the window: bound to this connection (R2), registered (R3), the right
@@ -236,14 +234,12 @@ class TransferModel:
         win = peer.live("rdma", op.desc)
         remote_ok = (win is not None and bool(win.access & (W if write else R)) and op.offset >= 0
                      and op.offset + op.nbytes <= win.view[3])
-        if op.nic_bad and (write or remote_ok):
+        if op.nic_bad:  # the NIC fails to read the source before anything leaves
             self.exp.alternatives.add(alt.LKEY_STATUS)
             self._complete(op, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION})
             self._break(s, local=self._on(alt.LOCAL_BREAK))
             return
         if not remote_ok:
-            if op.nic_bad:
-                self.exp.alternatives.add(alt.LKEY_READ)
             self._complete(op, {S.ACCESS_VIOLATION})
             self._break(s)
             return
@@ -260,12 +256,6 @@ class TransferModel:
         self.ops.pop(send.id, None)
         self.ops.pop(recv.id, None)
         self.exp.touched.buffers |= {(v[0], v[1]) for v in recv.views}
-        if recv.nic_bad:  # its lkey is checked only now
-            self.exp.alternatives.add(alt.LKEY_RECEIVE)
-            self._complete(recv, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION})
-            self._complete(send, {S.REMOTE_OPERATION})
-            self._break(recv.sock)
-            return
         if send.nbytes > recv.nbytes:
             statuses = {S.LOCAL_LENGTH}
             if self._on(alt.SHORT_RECEIVE):

@@ -64,14 +64,20 @@ class OperationsMixin(ProcessState):
 
         A handle registered on this socket is checked in software (access: R6/R7, bounds, and it
         must be a handle of this socket). A handle this process does not know at all goes to the
-        NIC as the lkey it claims to be: the NIC refuses a foreign one (R1, LOC_PROT_ERR).
+        NIC as the lkey it claims to be when the entry is a source (send, RdmaWrite) posted on an idle
+        send queue: the NIC refuses a foreign one (R1) before anything leaves. Refused here instead
+        (found by pytest_san.model on rxe): a sink's (receive, RdmaRead), since the NIC checks a sink's
+        lkeys only as data lands, after it wrote the entries before it, and a rejected operation moves
+        no byte; and a source queued behind another operation, since rxe then never retries a send
+        waiting for the peer's receive (RNR) and the whole queue hangs.
         """
         sges = []
         total = 0
+        queued = len(sock.send_ops - {op.id}) > 0
         for address, length, handle in buffers:
             reg = sock.handles.get(handle) if is_int(handle) else None
             if reg is None:
-                if not is_int(handle):
+                if not is_int(handle) or need & Access.WRITE or queued:
                     return None
                 # An lkey of this PD registered on another socket would pass the NIC; a zero-length or
                 # over-long SGE might not be checked against its lkey at all: refused here.

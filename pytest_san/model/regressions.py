@@ -1,0 +1,54 @@
+"""Shrunk sequences of past divergences: every model run replays them first, on any backend.
+
+Each was found by the model (mostly on rxe) and fixed; keeping its steps here keeps the fix checked
+wherever the model runs, in both modes. Add a divergence's shrunk steps here once it is fixed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..contract import Access
+from .steps import Key, Register, Step, Transfer
+
+R, W, RW = int(Access.READ), int(Access.WRITE), int(Access.READWRITE)
+JUNK = Key(junk=0x7FFF_FFFF)
+
+
+@dataclasses.dataclass(frozen=True)
+class Regression:
+    name: str
+    steps: tuple[Step, ...]
+
+
+REGRESSIONS: tuple[Regression, ...] = (
+    # In-process the access flags were checked first (WSAEINVAL), on verbs the buffer's process (WSAEFAULT);
+    # the contract allows either, the differential mode does not. Both now refuse the buffer first.
+    Regression("another process's buffer and invalid access flags", (
+        Register(2, "rdma", (1, 0, 27, 9), 4, reg=1),
+    )),
+    # The verbs provider let the NIC check a receive's unknown handle, which it does only as a message lands:
+    # a message that fits the good entries before it succeeded.
+    Regression("a receive with an unknown handle after a good one", (
+        Register(1, "memory", (2, 1, 14, 19), R, reg=1),
+        Transfer(1, "send", (((2, 1, 26, 4), Key(reg=1)),), op=1),
+        Register(0, "memory", (0, 0, 0, 64), RW, reg=2),
+        Transfer(0, "recv", (((0, 0, 0, 64), Key(reg=2)), ((0, 1, 0, 26), Key(reg=1))), op=2),
+    )),
+    # ... and one that does not fit them was written into them before the receive failed.
+    Regression("a message into a receive's good entries before an unknown handle", (
+        Register(0, "memory", (0, 0, 26, 25), RW, reg=1),
+        Register(1, "memory", (2, 1, 0, 40), R, reg=2),
+        Transfer(0, "recv", (((0, 0, 42, 4), Key(reg=1)), ((0, 1, 6, 5), JUNK)), op=1),
+        Transfer(1, "send", (((2, 1, 9, 5), Key(reg=2)),), op=2),
+    )),
+    # rxe never retried a send waiting for the peer's receive once a send with an unknown lkey was queued
+    # behind it: the peer's receive and the whole queue stayed pending.
+    Regression("an unknown handle queued behind a waiting send", (
+        Register(3, "memory", (2, 0, 4, 5), R, reg=1),
+        Transfer(3, "send", (((2, 0, 6, 1), Key(reg=1)),), op=1),
+        Transfer(3, "send", (((2, 0, 7, 2), Key(reg=1)), ((2, 1, 39, 1), JUNK)), op=2),
+        Register(2, "memory", (0, 0, 0, 64), W, reg=2),
+        Transfer(2, "recv", (((0, 0, 26, 15), Key(reg=2)),), op=3),
+    )),
+)
