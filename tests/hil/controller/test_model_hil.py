@@ -57,4 +57,5 @@ def test_model_from_the_command_line(pytester: pytest.Pytester, sshd: SshServer,
     result.assert_outcomes(passed=1)
     model = json.loads(report.read_text())["model"]
     assert (model["backend"], model["sequences"], model["steps"], model["divergences"]) == ("hil", 3, 30, [])
-    result.stdout.fnmatch_lines(["*model on hil: 3 sequences, 30 steps, 4 regressions, 0 divergence(s)*", "*ms a step*"])
+    result.stdout.fnmatch_lines(["*model on hil: 3 sequences, 30 steps, 4 regressions, 0 divergence(s)*",
+                                 "*ms a step*"])
