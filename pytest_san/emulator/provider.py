@@ -212,9 +212,10 @@ class EmulatedProvider:
         """Check the local (buffer, handle) pairs like an HCA checks lkeys; keep the segments.
 
         Every entry is checked first: one that is not a (buffer, handle) pair is a TypeError, a
-        buffer of negative length (or non-integer range) WSAEINVAL, at the call. Only when all are
-        well formed is anything marked in use. False: an lkey check failed (no byte may move: the
-        caller completes ``op`` LOCAL_PROTECTION). A zero-length entry moves nothing.
+        buffer of negative length (or non-integer range) WSAEINVAL, another process's buffer
+        WSAEFAULT, at the call (as on verbs, where its address means nothing in the caller's process).
+        Only when all are well formed is anything marked in use. False: an lkey check failed (no byte
+        may move: the caller completes ``op`` LOCAL_PROTECTION). A zero-length entry moves nothing.
         """
         sock = op.socket
         process = sock._process
@@ -223,6 +224,7 @@ class EmulatedProvider:
         segments = op.segments
         total = 0
         ok = True
+        foreign = None
         for pair in buffers:
             if (type(pair) is not tuple and type(pair) is not list) or len(pair) != 2:
                 raise _not_a_pair(op, buffers, pair)
@@ -233,16 +235,20 @@ class EmulatedProvider:
                 address, length, owner = _buffer_fields(buffer, _entry_name(op, buffers, pair))
             if type(address) is not int or type(length) is not int or length < 0:
                 address, length = _range(address, length, _entry_name(op, buffers, pair))
-            if not ok:
+            if owner is not process:
+                foreign = foreign or _entry_name(op, buffers, pair)
+            if not ok or foreign:
                 continue  # the rest is still checked for malformed entries
             reg = handles.get(handle) if type(handle) is int else None
-            if (reg is None or owner is not process or not reg.flags & need or address < reg.address
+            if (reg is None or not reg.flags & need or address < reg.address
                     or address + length > reg.address + reg.length):
                 ok = False
                 continue
             regs.append(reg)
             segments.append((reg.mem, reg.offset + address - reg.address, length))
             total += length
+        if foreign:
+            raise SanError(WsaError.WSAEFAULT, f"{foreign} is a buffer of another process than pid {process.pid}")
         if not ok:
             segments.clear()
             return False

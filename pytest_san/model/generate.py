@@ -212,7 +212,7 @@ class Generator:
                  if s.peer is not None and (s.peer.recvs if op == "send" else s.peer.sq)]
         self.moved = True
         self.next_op += 1
-        if meets and mostly(rnd, 0.6):
+        if meets and mostly(rnd, 0.8 if self.slow else 0.6):  # slow: a send should not wait for seconds
             kind, s = rnd.choice(meets)
             return self._message(kind, rnd.choice(SGE_COUNTS), s)
         kinds = [op for op in TRANSFERS if useful[op]]

@@ -13,6 +13,7 @@ codes; where a backend takes a documented alternative (alternatives.py) it expec
 from __future__ import annotations
 
 from ..contract import VALID_ACCESS, Status
+from . import alternatives as alt
 from .state import Expect, KeyValue, MReg, MSock
 from .steps import Close, Deregister, Key, Plan, Reconnect, Register, Scribble, Step, Transfer, initial_bytes, pattern
 from .transfers import TransferModel
@@ -144,6 +145,9 @@ class Model(TransferModel):
             return
         if s.regs:
             ex.touched.nodes.add(s.node)
+        if s.sq and s.sq[0].kind == "send" and self._on(alt.RNR_BOUNDED):
+            # It may have given up waiting a moment before the close: the same end either way.
+            self._complete(s.sq.pop(0), {Status.ABORTED, Status.CONNECTION_RESET})
         self._flush(s, Status.ABORTED)  # R11: pending operations complete ABORTED
         peer = s.peer
         if peer.state in ("connected", "error"):
@@ -165,6 +169,21 @@ class Model(TransferModel):
                 self._close(s)
         self.slots[step.slot] = self._connect(step.slot, step.socks)
         self.exp.touched.states |= set(step.socks)
+
+    def gave_up(self, sock: int) -> Expect:
+        """The send waiting at the head of ``sock``'s queue ended CONNECTION_RESET on its own (rxe's
+        retransmission timer ran out during RNR retries): only this end goes to error."""
+        self.exp = Expect()
+        s = self.socks[sock]
+        self.exp.alternatives.add(alt.RNR_BOUNDED)
+        self._complete(s.sq.pop(0), {Status.CONNECTION_RESET})
+        self._break(s, local=True)
+        return self.exp
+
+    def waiting_sends(self) -> list[tuple[int, int]]:
+        """(socket, op) of each send waiting for the peer's receive at the head of a connected socket's queue."""
+        return [(s.id, s.sq[0].id) for s in self.socks.values()
+                if s.state == "connected" and s.sq and s.sq[0].kind == "send"]
 
     # -- what a checker compares -----------------------------------------------------------------
 

@@ -1,11 +1,11 @@
 """The reference model's data transfers: RDMA, messages, the send queue, and what an error breaks.
 
-Written from SPEC.md (R1-R8, R11, R14) and the verbs semantics the emulator follows: a handle is
-checked like an lkey in its socket's table, a descriptor names a window of the peer's socket, an
-error completion moves the connection to error and flushes its pending operations (ABORTED). A send
-waits for the peer's receive and reads its source when it is delivered, as an RC QP re-reads it on
-RNR retry. Where a backend takes a documented alternative (alternatives.py), ``self.alts`` holds its id.
-"""
+Written from the contract (pytest_san/CONTRACT.md: R1-R8, R11, R14) and the verbs semantics the
+emulator follows: a handle is checked like an lkey in its socket's table, a descriptor names a window
+of the peer's socket, an error completion moves the connection to error and flushes its pending
+operations (ABORTED). A send waits for the peer's receive and reads its source when it is delivered,
+as an RC QP re-reads it on RNR retry. Where a backend takes a documented alternative
+(alternatives.py), ``self.alts`` holds its id."""
 
 from __future__ import annotations
 
@@ -145,9 +145,7 @@ class TransferModel:
             errors.add("WSAEINVAL")
         if rdma and len(desc) != self.desc_size:
             errors.add("WSAEINVAL")
-        if self._on(alt.FOREIGN_BUFFER) and s.state != "closed" and any(v[0] != s.proc for v in views):
-            if not errors:
-                ex.alternatives.add(alt.FOREIGN_BUFFER)
+        if s.state != "closed" and any(v[0] != s.proc for v in views):  # R5: another process's memory
             errors.add("WSAEFAULT")
         if errors:
             ex.raises = frozenset(errors)

@@ -1,0 +1,94 @@
+"""The documented alternatives: README's table is the code's, and each applies exactly where it says."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_san.emulator import EmulatorBackend
+from pytest_san.model import alternatives
+from pytest_san.model.run import Budget, ModelRun
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+MODEL = Path(alternatives.__file__).parent
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def test_readme_lists_exactly_the_alternatives_of_the_code() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    table = alternatives.markdown_table()
+    starts = [i for i, line in enumerate(lines) if line == table[0]]
+    assert len(starts) == 1, "README must hold the table of alternatives once (alternatives.markdown_table())"
+    start = starts[0]
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    assert rows == table, "README's table of alternatives differs from pytest_san/model/alternatives.py"
+
+
+def test_every_alternative_is_used_by_the_model() -> None:
+    source = "".join(path.read_text(encoding="utf-8") for path in sorted(MODEL.glob("*.py"))
+                     if path.name != "alternatives.py")
+    names = {value: name for name, value in vars(alternatives).items() if isinstance(value, str) and name.isupper()}
+    for alt in alternatives.ALTERNATIVES:
+        assert re.search(rf"\balt\.{names[alt.id]}\b", source), f"{alt.id} is documented but the model never uses it"
+
+
+def test_alternatives_follow_the_capability() -> None:
+    assert alternatives.active({"verbs", "rdma_read"}) == {a.id for a in alternatives.ALTERNATIVES}
+    assert alternatives.active(EmulatorBackend().capabilities) == frozenset()
+    assert alternatives.active({"hil", "rdma_read"}) == frozenset()  # emulator-engine agents answer as in-process
+
+
+class _ClaimsVerbs:
+    """The emulator under a backend that says it drives verbs: the model then expects the verbs answers."""
+
+    def __init__(self, base: EmulatorBackend) -> None:
+        self._base = base
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return self._base.capabilities | {"verbs"}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+
+def _kinds(divergences: Sequence[Any]) -> set[str]:
+    return {d.problem.category for d in divergences}
+
+
+def test_the_alternatives_are_expected_not_just_allowed() -> None:
+    """On a backend without the capability nothing is expected of them; with it, the emulator's own answers
+    (in-order queue, breaking both ends, ...) are divergences: an alternative replaces an answer, it does
+    not make everything acceptable."""
+    plain = ModelRun(EmulatorBackend(), Budget(sequences=30, steps=40, seed=4), log=_quiet).run()
+    assert plain.divergences == [] and not plain.alternatives
+    claimed = ModelRun(_ClaimsVerbs(EmulatorBackend()), Budget(sequences=30, steps=40, seed=4),  # type: ignore[arg-type]
+                       log=_quiet).run()
+    assert claimed.divergences, "the emulator passed as a verbs backend"
+    assert claimed.alternatives
+
+
+def test_a_send_that_gives_up_waiting_breaks_only_its_end() -> None:
+    from pytest_san.contract import Status
+    from pytest_san.model.reference import Model
+    from pytest_san.model.steps import Key, Register, Transfer, plan_for
+
+    model = Model(plan_for(2), alternatives.active({"verbs"}), 20)
+    model.apply(Register(0, "memory", (0, 0, 0, 64), 3, reg=1))
+    model.bind(Register(0, "memory", (0, 0, 0, 64), 3, reg=1), 0x1234)
+    assert model.apply(Transfer(0, "send", (((0, 0, 0, 8), Key(reg=1)),), op=1)).returns == "op"
+    assert model.waiting_sends() == [(0, 1)]
+    exp = model.gave_up(0)
+    assert exp.done == {1: (frozenset({Status.CONNECTION_RESET}), 0)}
+    assert alternatives.RNR_BOUNDED in exp.alternatives
+    assert (model.socks[0].state, model.socks[1].state, model.socks[1].dead_peer) == ("error", "connected", True)
+    assert model.waiting_sends() == []
