@@ -7,6 +7,7 @@ import sys
 
 from hil.extras import missing_extra
 from hil.inventory import InventoryError, load_inventory
+from pytest_san import __version__
 
 
 def _hosts_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +27,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="san-hil", description="pytest-san hardware-in-the-loop tools")
+    parser.add_argument("--version", action="version", version=f"san-hil {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     prep = commands.add_parser("prepare", help="check each lab host (RDMA device, port, GID, netdev, "
                                                "memlock, pyverbs) and say what is missing")
