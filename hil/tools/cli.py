@@ -7,19 +7,25 @@ import sys
 
 from hil.extras import missing_extra
 from hil.inventory import InventoryError, load_inventory
+from hil.tools.arguments import refuse_renamed
 from pytest_san import __version__
+
+# --hosts is a count of guests in `lab up`/`lab run` (SPEC 5.1); host names are --limit, as in Ansible.
+LIMIT_HELP = "comma-separated names of the group's hosts to use (default: all of them)"
+HOSTS_RENAMED = "host names are selected with --limit NAMES; --hosts N is the number of guests of `san-hil lab up`"
 
 
 def _hosts_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inventory", required=True, help="lab inventory (Ansible-style YAML)")
     parser.add_argument("--group", default="san", help="inventory group (default: san)")
-    parser.add_argument("--hosts", default=None, help="comma-separated subset of the group's hosts")
+    parser.add_argument("--limit", default=None, metavar="NAMES", help=LIMIT_HELP)
+    refuse_renamed(parser, "--hosts", "--limit", HOSTS_RENAMED)
 
 
 def _prepare(args: argparse.Namespace) -> int:
     from hil.tools.prepare import prepare
 
-    hosts = load_inventory(args.inventory).select(args.group, args.hosts.split(",") if args.hosts else None)
+    hosts = load_inventory(args.inventory).select(args.group, args.limit.split(",") if args.limit else None)
     status, text = prepare(hosts, create_rxe=args.create_rxe, as_json=args.json)
     print(text)
     return status
@@ -42,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     from hil.tools.nightly import add_nightly_command
 
     add_nightly_command(commands)
+    refuse_renamed(commands.choices["nightly"], "--hosts", "--limit", HOSTS_RENAMED)
     return parser
 
 

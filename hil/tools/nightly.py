@@ -155,7 +155,7 @@ def add_nightly_command(commands: Any) -> None:
     p.add_argument("--inventory", required=True, type=Path, help="lab inventory (Ansible-style YAML)")
     p.add_argument("--out", required=True, type=Path, help="directory for the results")
     p.add_argument("--group", default="san", help="inventory group (default: san)")
-    p.add_argument("--hosts", default=None, help="comma-separated subset of the group's hosts")
+    p.add_argument("--limit", dest="hosts", default=None, metavar="NAMES", help="comma-separated host names to use")
     p.add_argument("--jobs", type=int, default=None, help="host sets run at once (default: all)")
     p.add_argument("--lease-timeout", type=float, default=DEFAULT_LEASE_TIMEOUT,
                    help=f"wait this long for hosts leased by other runs (default {DEFAULT_LEASE_TIMEOUT:g} s)")
