@@ -7,7 +7,7 @@ import sys
 
 from hil.extras import missing_extra
 from hil.inventory import InventoryError, load_inventory
-from hil.tools.arguments import refuse_renamed
+from hil.tools.arguments import chosen_parser, refuse_renamed, refuse_unknown, split_passed_on
 from pytest_san import __version__
 
 # --hosts is a count of guests in `lab up`/`lab run` (SPEC 5.1); host names are --limit, as in Ansible.
@@ -53,11 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Everything before `--` is ours and checked before any command runs (a typo must not boot a lab);
+    # what follows it is passed on, by the commands that pass arguments on (lab run, lab ssh, nightly).
+    ours, passed_on = split_passed_on(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and not getattr(args, "accepts_extra_args", False):  # only `lab run` passes arguments on (to pytest)
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.extra_args = extra
+    args, unknown = parser.parse_known_args(ours)
+    command = chosen_parser(parser, args)
+    passes_on = getattr(args, "accepts_extra_args", False)
+    if unknown:
+        refuse_unknown(command, unknown, getattr(args, "passes_on", "pytest") if passes_on else None)
+    if passed_on and not passes_on:
+        command.error(f"takes no arguments after --: {' '.join(passed_on)}")
+    args.extra_args = passed_on
     if args.command is None:
         parser.print_help()
         return 2

@@ -100,9 +100,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _passed_on(args: argparse.Namespace) -> list[str]:
-    """The arguments after the command's own (a leading ``--`` only separates them)."""
-    extra = list(getattr(args, "extra_args", []))
-    return extra[1:] if extra[:1] == ["--"] else extra
+    """The arguments after ``--`` (``san-hil``'s main took the ``--`` itself)."""
+    return list(getattr(args, "extra_args", []))
 
 
 def _ssh(args: argparse.Namespace) -> int:
@@ -110,7 +109,10 @@ def _ssh(args: argparse.Namespace) -> int:
 
     from hil.tools.lab.lab import ssh_command
 
-    return subprocess.call(ssh_command(args.state_dir, args.guest, _passed_on(args)))
+    # `lab ssh lab1 echo -- hi`: the command began before the `--`, which is then part of it.
+    before = list(args.remote_command)
+    command = [*before, "--", *_passed_on(args)] if before and _passed_on(args) else [*before, *_passed_on(args)]
+    return subprocess.call(ssh_command(args.state_dir, args.guest, command))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -141,9 +143,11 @@ def add_lab_commands(commands: Any) -> None:
                        help="a shell (or a command, its exit status passed on) on a guest, with the lab's keys")
     _state_dir(p)
     p.add_argument("guest", help="the guest's name, as `san-hil lab status` shows it (lab1, lab2, ...)")
-    p.set_defaults(run=_guarded(_ssh), accepts_extra_args=True)
+    p.add_argument("remote_command", nargs=argparse.REMAINDER, metavar="command",
+                   help="what to run on the guest (default: a shell); after GUEST, options included")
+    p.set_defaults(run=_guarded(_ssh), accepts_extra_args=True, passes_on=None)  # its usage line says it all
 
-    p = sub.add_parser("run", allow_abbrev=False, usage="san-hil lab run [options] [--] [pytest args ...]",
-                       help="up, the conformance suite on the lab (extra arguments go to pytest), down")
+    p = sub.add_parser("run", allow_abbrev=False, usage="san-hil lab run [options] [-- pytest args ...]",
+                       help="up, the conformance suite on the lab (arguments after -- go to pytest), down")
     _up_arguments(p, hosts_default=2)
     p.set_defaults(run=_guarded(_run), accepts_extra_args=True)

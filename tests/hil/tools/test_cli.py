@@ -66,3 +66,36 @@ def test_nightly_limit_selects_from_the_inventory(tmp_path: Path) -> None:
     result = _san_hil("nightly", "--inventory", str(inventory), "--out", str(tmp_path / "out"), "--limit", "h3")
     assert result.returncode == 2
     assert "host 'h3' is not in group 'san'; its hosts: h1, h2" in result.stderr
+
+
+# --- options before `--` are san-hil's; an unknown one is refused before anything runs ------------------
+
+
+def test_a_typo_in_lab_run_boots_nothing(tmp_path: Path) -> None:
+    state, cache = tmp_path / "state", tmp_path / "kernels"
+    result = _san_hil("lab", "run", "--hots", "3", "--state-dir", str(state), "--kernel-cache", str(cache))
+    assert result.returncode == 2
+    assert "san-hil lab run: error: unrecognized arguments: --hots 3 (did you mean --hosts?)" in result.stderr
+    assert "pytest's arguments go after --" in result.stderr
+    assert not state.exists() and not cache.exists()  # no kernel fetched, no guest started, nothing written
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["lab", "run", "-x", "-k", "rdma"], "lab run: error: unrecognized arguments: -x -k rdma; pytest's arguments go "
+                                         "after --: san-hil lab run [options] -- [pytest args]"),
+    (["lab", "up", "--memroy", "2G"], "lab up: error: unrecognized arguments: --memroy 2G (did you mean --memory?)"),
+    (["lab", "down", "--state-dri", "x"], "lab down: error: unrecognized arguments: --state-dri x "
+                                          "(did you mean --state-dir?)"),
+    (["--verison"], "san-hil: error: unrecognized arguments: --verison (did you mean --version?)"),
+    (["prepare", "--inventory", "x.yaml", "--limt", "a", "--jsn"],
+     "prepare: error: unrecognized arguments: --limt a --jsn (--limt: did you mean --limit?; --jsn: did you mean "
+     "--json?)"),
+    (["prepare", "--inventory", "x.yaml", "--", "-v"], "prepare: error: takes no arguments after --: -v"),
+    (["nightly", "--inventory", "x.yaml", "--out", "o", "--job", "2"],
+     "nightly: error: unrecognized arguments: --job 2 (did you mean --jobs?)"),
+])
+def test_unknown_options_are_refused_with_a_suggestion(tmp_path: Path, argv: list[str], said: str) -> None:
+    result = _san_hil(*argv, cwd=tmp_path)
+    assert result.returncode == 2
+    assert said in result.stderr
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []

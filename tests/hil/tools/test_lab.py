@@ -113,7 +113,7 @@ def test_cli_run_passes_the_rest_to_pytest(monkeypatch: pytest.MonkeyPatch, tmp_
         return 5
 
     monkeypatch.setattr(lab, "run", fake_run)
-    status = main(["lab", "run", "--hosts", "3", "--state-dir", str(tmp_path), "-x", "-k", "reg and not read"])
+    status = main(["lab", "run", "--hosts", "3", "--state-dir", str(tmp_path), "--", "-x", "-k", "reg and not read"])
     assert status == 5
     assert seen["args"] == ["-x", "-k", "reg and not read"]
     opts = seen["opts"]
@@ -225,6 +225,9 @@ def test_lab_ssh_reaches_a_guest_with_the_labs_keys(sshd: SshServer, tmp_path: P
     shutil.copy(sshd.known_hosts, directory / "known_hosts")
     assert main(["lab", "ssh", "--state-dir", str(directory), "lab1", "--", "echo from-the-guest; exit 3"]) == 3
     assert "from-the-guest" in capfd.readouterr().out
+    # the command may also follow the guest's name, options included; a `--` inside it is its own
+    assert main(["lab", "ssh", "--state-dir", str(directory), "lab1", "echo", "-n", "a", "--", "b"]) == 0
+    assert capfd.readouterr().out == "a -- b"
     assert main(["lab", "ssh", "--state-dir", str(directory), "lab7", "true"]) == 2
     assert "has no guest 'lab7' (its guests: lab1)" in capfd.readouterr().err
     assert main(["lab", "ssh", "--state-dir", str(tmp_path / "none"), "lab1"]) == 2
