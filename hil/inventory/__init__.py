@@ -1,18 +1,23 @@
 """Lab inventory: which hosts the HIL backend drives and how to reach them.
 
-The file is an Ansible-style YAML inventory (``all`` -> ``children`` -> ``hosts``/``vars``), read with
-PyYAML alone so that the lab needs no Ansible installation; one-off hosts can be given as strings
-(``ssh://root@127.0.0.1:10022?engine=verbs``). ``hil/inventory/examples/README.md`` explains every key.
+The file is an Ansible inventory, YAML (``all`` -> ``children`` -> ``hosts``/``vars``) or INI (``[group]``,
+``[group:vars]``, ``[group:children]``), with the ``group_vars/`` and ``host_vars/`` directories beside it,
+read without Ansible; one-off hosts can be given as strings (``ssh://root@127.0.0.1:10022?engine=verbs``).
+``hil/inventory/examples/README.md`` explains every key.
 
 - :mod:`~hil.inventory.model`: :class:`HostConfig` (one host), :class:`Inventory` (a loaded file),
   :class:`InventoryError`, and the rule each value follows. Standard library only.
 - :mod:`~hil.inventory.keys`: the one table of inventory keys (``ansible_port`` <-> ``HostConfig.port``
   ...), which keys are errors and which are kept in ``HostConfig.extra``.
-- :mod:`~hil.inventory.reader`: :func:`load_inventory`, the group tree and its inheritance.
+- :mod:`~hil.inventory.reader`: :func:`load_inventory`: which form a file is, then the rest.
+- :mod:`~hil.inventory.yaml_inventory`, :mod:`~hil.inventory.ini_inventory`: the two forms, each into a
+  :mod:`~hil.inventory.tree` (groups, hosts and the precedence of their variables).
+- :mod:`~hil.inventory.vars_dirs`: ``group_vars/`` and ``host_vars/``.
 - :mod:`~hil.inventory.hoststring`: :func:`parse_host_string`.
 - :mod:`~hil.inventory.writer`: :func:`write_inventory`, hosts as a file the reader reads back.
 
-Importing this package does not import PyYAML: the reader and the writer import it when they run.
+Importing this package does not import PyYAML: the readers and the writer import it when they run (an INI
+inventory without vars directories never does).
 """
 
 from __future__ import annotations
