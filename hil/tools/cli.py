@@ -8,6 +8,7 @@ import sys
 from hil.extras import missing_extra
 from hil.inventory import InventoryError, load_inventory
 from hil.tools.arguments import chosen_parser, refuse_renamed, refuse_unknown, split_passed_on
+from hil.tools.console import safe_streams
 from pytest_san import __version__
 
 # --hosts is a count of guests in `lab up`/`lab run` (SPEC 5.1); host names are --limit, as in Ansible.
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    safe_streams()  # an ASCII locale must not crash a command on a host name or a path it prints
     # Everything before `--` is ours and checked before any command runs (a typo must not boot a lab);
     # what follows it is passed on, by the commands that pass arguments on (lab run, lab ssh, nightly).
     ours, passed_on = split_passed_on(sys.argv[1:] if argv is None else argv)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib.metadata import version
@@ -99,3 +100,32 @@ def test_unknown_options_are_refused_with_a_suggestion(tmp_path: Path, argv: lis
     assert result.returncode == 2
     assert said in result.stderr
     assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+# --- an ASCII locale ----------------------------------------------------------------------------------
+
+HELP = [["--help"], ["prepare", "--help"], ["lab", "--help"], *(["lab", c, "--help"] for c in
+                                                                 ("up", "down", "status", "ssh", "run")),
+        ["nightly", "--help"]]
+
+
+def test_every_command_survives_an_ascii_locale(tmp_path: Path) -> None:
+    """What san-hil prints may hold other characters (a path, a host's message): escaped, never a crash."""
+    env = {**os.environ, "LC_ALL": "C", "PYTHONIOENCODING": "ascii:strict"}  # stdout strict, as plain "ascii"
+    state = tmp_path / "l\u00e4b"  # a state directory whose name is not ASCII
+    inventory = tmp_path / "lab.json"
+    host = {"ansible_connection": "local", "san_engine": "emulator", "san_remote_tmp": str(tmp_path),
+            "ansible_python_interpreter": "/nonexistent/pyth\u00f6n3"}
+    inventory.write_text(json.dumps({"all": {"children": {"san": {"hosts": {"h1": host}}}}}))
+    runs = [(argv, 0, "") for argv in [["--version"], *HELP]] + [
+        (["prepare", "--inventory", str(inventory)], 1, "missing: host check exited 127: /nonexistent/pyth\\xf6n3"),
+        (["lab", "status", "--state-dir", str(state)], 1, "no lab in " + str(tmp_path / "l\\xe4b")),
+        (["lab", "down", "--state-dir", str(state)], 0, "no lab in " + str(tmp_path / "l\\xe4b")),
+        (["lab", "ssh", "--state-dir", str(state), "lab1"], 2, "no lab in " + str(tmp_path / "l\\xe4b")),
+        (["lab", "up", "--hosts", "0", "--state-dir", str(state)], 2, "--hosts must be 1.."),
+        (["lab", "run", "--hosts", "0", "--state-dir", str(state)], 2, "no lab in " + str(tmp_path / "l\\xe4b")),
+    ]
+    for argv, status, said in runs:
+        result = _san_hil(*argv, env=env)
+        assert (result.returncode, "Traceback" in result.stderr) == (status, False), (argv, result.stderr)
+        assert said in result.stdout + result.stderr, (argv, result.stdout, result.stderr)
