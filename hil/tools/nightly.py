@@ -1,16 +1,20 @@
-"""``san-hil nightly``: the conformance suite on every host (pair) of an inventory, for CI.
+"""``san-hil nightly``: the conformance suite and the reference model on every host (pair) of an inventory.
 
-One pytest subprocess per host set (a self-sufficient host alone, verbs hosts in pairs), each running
-the whole suite on its set with ``--san-hosts``: that gives conformance per host, which one pytest
-``-n`` run (tests spread over the hosts) would not. Sets run in parallel up to ``--jobs``; two sets
-sharing a host (the odd verbs host out is paired with its predecessor) never run at once, and the
-hosts' leases keep other runs off them. Then, on verbs pairs, RDMA write bandwidth (harness and
-ib_write_bw). Writes into ``--out``: ``junit.xml`` (one testsuite per set), ``report.json``
-(conformance per set and rule), ``summary.md`` (read in ten seconds) and ``bandwidth.png``.
+Per host set (a self-sufficient host alone, verbs hosts in pairs) one pytest subprocess runs the whole
+suite on the set with ``--san-hosts`` (conformance per host, which one pytest ``-n`` run spreading
+tests over the hosts would not give), then another runs ``pytest_san.model`` there with nightly's larger
+budget. Runs go in parallel up to ``--jobs``; two runs sharing a host (a set's suite and model, or the
+odd verbs host out paired with its predecessor) never run at once, and the hosts' leases keep other
+runs off them. Then, on verbs pairs, RDMA write bandwidth (harness and ib_write_bw). Writes into
+``--out``: ``junit.xml`` (one testsuite per run), ``report.json`` (conformance per set and rule, the
+model per set), ``summary.md`` (read in ten seconds) and ``bandwidth.png``.
 
 The parts: :mod:`hil.tools.nightly_plan` (the host sets), :mod:`hil.tools.nightly_runs` (running
-their pytest), :mod:`hil.tools.nightly_results` (junit.xml, report.json entries, summary.md); here the
-bandwidth measurement and the command that ties them together.
+their pytest), :mod:`hil.tools.nightly_results` (junit.xml, report.json entries, summary.md),
+:mod:`hil.tools.nightly_model` (the model's budget, arguments and results); here the bandwidth
+measurement and the command that ties them together. Every file is written as UTF-8 (or ASCII), and
+every terminal line survives an ASCII locale (issue 12: a check mark once crashed nightly before it
+wrote its results).
 """
 
 from __future__ import annotations
@@ -22,14 +26,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from hil.controller.leases import DEFAULT_LEASE_TIMEOUT, now_iso
 from hil.inventory import load_inventory
+from hil.tools.nightly_model import STEPS, TOTAL_SEQUENCES, ModelOptions, model_args, model_report, plugin_args
 from hil.tools.nightly_plan import HostSet, host_sets
 from hil.tools.nightly_results import merge_junit, render_summary, set_report
 from hil.tools.nightly_runs import SetRun, pytest_argv, run_sets
 from pytest_san.report import RULE_IDS
+
+# --- the terminal ----------------------------------------------------------------------------------------
+
+
+def print_safely(line: str, stream: TextIO | None = None) -> None:
+    """Print ``line`` whatever the stream's encoding (LC_ALL=C, PYTHONIOENCODING=ascii): what it cannot
+    show is escaped. A progress line never stops a run that has results to write (issue 12)."""
+    stream = stream if stream is not None else sys.stdout
+    encoding = getattr(stream, "encoding", None) or "ascii"
+    try:
+        stream.write(line.encode(encoding, "backslashreplace").decode(encoding) + "\n")
+        stream.flush()
+    except (LookupError, OSError, ValueError):  # an unknown codec, a closed pipe or file
+        pass
+
 
 # --- bandwidth ----------------------------------------------------------------------------------------
 
@@ -79,32 +99,50 @@ class NightlyOptions:
     lease_timeout: float = DEFAULT_LEASE_TIMEOUT
     bandwidth: bool = True
     pytest_args: list[str] = dataclasses.field(default_factory=list)
+    model: ModelOptions | None = dataclasses.field(default_factory=ModelOptions)  # None: --no-model
 
 
 def nightly(opts: NightlyOptions, say: Callable[[str], None] | None = None) -> int:
-    """Run it all and write the four files; 0 only when every set passed and every measurement worked."""
-    say = say or (lambda line: print(line, flush=True))
+    """Run it all and write the four files; 0 only when every set passed, the model found no divergence
+    and every measurement worked."""
+    say = say or print_safely
     inventory = opts.inventory.resolve()
     hosts = load_inventory(inventory).select(opts.group, opts.hosts)
     sets = host_sets(hosts)
     out = opts.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    runs = [SetRun(hs, out / "hosts" / hs.slug) for hs in sets]
-    for run in runs:
+    suites = [SetRun(hs, out / "hosts" / hs.slug) for hs in sets]
+    for run in suites:
         run.argv = pytest_argv(run, inventory, opts.group, opts.lease_timeout, opts.pytest_args)
+    # The model after the suite on the same hosts: run_sets never starts it while its set's suite runs.
+    models = [SetRun(hs, out / "hosts" / hs.slug / "model", kind="model") for hs in sets] if opts.model else []
+    per_set = opts.model.per_set(len(sets)) if opts.model else 0
+    for run in models:
+        assert opts.model is not None
+        run.argv = pytest_argv(run, inventory, opts.group, opts.lease_timeout,
+                               model_args(opts.model, per_set, opts.pytest_args))
+    for run in suites + models:
         for stale in (run.junit, run.report, run.failures):
             stale.unlink(missing_ok=True)
     started, began = now_iso(), time.monotonic()
-    jobs = max(1, opts.jobs or len(runs))
-    say(f"nightly: {len(runs)} host set(s) from {inventory} group {opts.group}: "
-        f"{', '.join(r.set.name for r in runs)}; {jobs} at a time")
-    run_sets(runs, jobs, say)
+    jobs = max(1, opts.jobs or len(sets))
+    model_text = (f"then the model, {per_set} sequences of {opts.model.steps} steps on each"
+                  if opts.model else "no model (--no-model)")
+    say(f"nightly: {len(sets)} host set(s) from {inventory} group {opts.group}: "
+        f"{', '.join(hs.name for hs in sets)}; the suite, {model_text}; {jobs} at a time")
+    run_sets(suites + models, jobs, say)
 
     report: dict[str, Any] = {
         "inventory": str(inventory), "group": opts.group, "pytest_args": list(opts.pytest_args),
-        "hosts": {run.set.name: set_report(run) for run in runs},
+        "hosts": {run.set.name: set_report(run) for run in suites},
     }
     failed = any(entry["status"] != "passed" for entry in report["hosts"].values())
+    report["model"], report["model_note"] = None, "Not run (--no-model)."
+    if opts.model:
+        report["model"] = model_report(models, opts.model, per_set, str(inventory), opts.group,
+                                       plugin_args(opts.pytest_args))
+        report["model_note"] = None
+        failed |= report["model"]["status"] != "passed"
 
     verbs_sets = [hs for hs in sets if hs.verbs]
     report["bandwidth"] = None
@@ -137,10 +175,14 @@ def nightly(opts: NightlyOptions, say: Callable[[str], None] | None = None) -> i
     report["status"] = "failed" if failed else "passed"
     report["started"], report["finished"] = started, now_iso()
     report["duration"] = round(time.monotonic() - began, 3)
-    merge_junit(runs, out / "junit.xml")
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    merge_junit(suites + models, out / "junit.xml")
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")  # ASCII (\\u escapes)
     (out / "summary.md").write_text(render_summary(report), encoding="utf-8")
     written = ["junit.xml", "report.json", "summary.md"] + (["bandwidth.png"] if report["bandwidth_png"] else [])
+    if report["model"]:
+        m = report["model"]
+        say(f"nightly: model: {m['status']}: {m['sequences']} sequences, {m['steps']} steps, "
+            f"{m['divergences']} divergence(s) (summary.md says where and how to replay)")
     say(f"nightly: {report['status']}: wrote {', '.join(str(out / name) for name in written)}")
     return 1 if failed else 0
 
@@ -161,7 +203,37 @@ def add_nightly_command(commands: Any) -> None:
                    help=f"wait this long for hosts leased by other runs (default {DEFAULT_LEASE_TIMEOUT:g} s)")
     p.add_argument("--no-bandwidth", dest="bandwidth", action="store_false",
                    help="skip the RDMA bandwidth measurement on verbs hosts")
+    _model_arguments(p)
     p.set_defaults(run=_run, accepts_extra_args=True)
+
+
+def _model_arguments(p: Any) -> None:
+    """The reference model's budget (pytest_san.model's --san-model-* for each host set's run)."""
+    p.add_argument("--model-sequences", type=int, default=TOTAL_SEQUENCES, metavar="N",
+                   help=f"model sequences in all, split evenly over the host sets (default {TOTAL_SEQUENCES}: "
+                        f"ceil({TOTAL_SEQUENCES} / sets) each)")
+    p.add_argument("--model-steps", type=int, default=STEPS, metavar="N",
+                   help=f"steps per model sequence (default {STEPS})")
+    p.add_argument("--model-deadline", type=float, default=None, metavar="SECONDS",
+                   help="no host set's model run starts a sequence after SECONDS (default: none)")
+    p.add_argument("--model-seed", type=int, default=None, metavar="N",
+                   help="the model's seed on every host set, to replay a run (default: each draws its own, "
+                        "shown in summary.md)")
+    p.add_argument("--model-differential", action="store_true",
+                   help="also run every model step on a fresh emulator and compare the answers")
+    p.add_argument("--no-model", dest="model", action="store_false", help="run the suite only, not the model")
+
+
+def _model_options(args: Any) -> ModelOptions | None:
+    if not args.model:
+        return None
+    for name in ("model_sequences", "model_steps"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.model_deadline is not None and args.model_deadline <= 0:
+        raise ValueError("--model-deadline must be positive")
+    return ModelOptions(sequences=args.model_sequences, steps=args.model_steps, deadline=args.model_deadline,
+                        seed=args.model_seed, differential=args.model_differential)
 
 
 def _run(args: Any) -> int:
@@ -169,17 +241,18 @@ def _run(args: Any) -> int:
     while extra[:1] == ["--"]:
         extra = extra[1:]
     if args.jobs is not None and args.jobs < 1:
-        print("san-hil nightly: --jobs must be at least 1", file=sys.stderr)
+        print_safely("san-hil nightly: --jobs must be at least 1", sys.stderr)
         return 2
     try:
         opts = NightlyOptions(inventory=args.inventory, out=args.out, group=args.group,
                               hosts=args.hosts.split(",") if args.hosts else None, jobs=args.jobs,
                               lease_timeout=args.lease_timeout, bandwidth=args.bandwidth, pytest_args=extra)
+        opts.model = _model_options(args)
         return nightly(opts)
     except ValueError as exc:  # InventoryError included
-        print(f"san-hil nightly: {exc}", file=sys.stderr)
+        print_safely(f"san-hil nightly: {exc}", sys.stderr)
         return 2
 
 
-__all__ = ["HostSet", "NightlyOptions", "add_nightly_command", "host_sets", "merge_junit", "nightly",
-           "render_summary", "set_report"]
+__all__ = ["HostSet", "ModelOptions", "NightlyOptions", "add_nightly_command", "host_sets", "merge_junit",
+           "nightly", "print_safely", "render_summary", "set_report"]

@@ -1,8 +1,9 @@
 """What ``san-hil nightly`` makes of its runs: the merged junit.xml, report.json entries and summary.md.
 
-``merge_junit`` writes one <testsuite> per host set; ``set_report`` is one set's entry of report.json
-(status, per-rule counts, failures with host diagnostics, leases); ``render_summary`` is summary.md
-(a table of sets by rules, the failures, the RDMA write bandwidth), read in ten seconds.
+``merge_junit`` writes one <testsuite> per run (a set's suite, its model); ``set_report`` is one set's
+suite entry of report.json (status, per-rule counts, failures with host diagnostics, leases);
+``render_summary`` is summary.md (the verdict, a table of sets by rules, the model's results, the suite's
+failures, the RDMA write bandwidth), read in ten seconds. summary.md is UTF-8 (its marks are not ASCII).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hil.tools.nightly_model import render_model
 from hil.tools.nightly_runs import FAIL, NONE, PASS, SetRun, _load_json, _totals
 from pytest_san.report import RULE_IDS
 
@@ -34,16 +36,17 @@ def _log_tail(path: Path, lines: int = 40) -> str:
 
 
 def merge_junit(runs: Sequence[SetRun], path: Path) -> None:
-    """One <testsuite> per set, named by it; classnames prefixed with it so dashboards keep hosts apart."""
+    """One <testsuite> per run, named by its set (and "model"); classnames prefixed with that name so
+    dashboards keep hosts apart."""
     root = ET.Element("testsuites", name="pytest-san nightly")
     totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
     seconds = 0.0
     for run in runs:
         suites = _read_suites(run)
         for suite in suites:
-            suite.set("name", run.set.name)
+            suite.set("name", run.label)
             suite.set("hostname", ",".join(run.set.names))
-            prefix = run.set.name.replace(".", "_")
+            prefix = re.sub(r"[. ]", "_", run.label)
             for case in suite.iter("testcase"):
                 case.set("classname", f"{prefix}.{case.get('classname', '')}".rstrip("."))
             for key in totals:
@@ -67,7 +70,7 @@ def _read_suites(run: SetRun) -> list[ET.Element]:
     if suites and run.exit_status in (0, 1):
         return suites
     # pytest did not get to (or through) its tests: one error case, so the dashboard shows the set red.
-    suite = suites[0] if suites else ET.Element("testsuite", name=run.set.name, tests="0", failures="0",
+    suite = suites[0] if suites else ET.Element("testsuite", name=run.label, tests="0", failures="0",
                                                 errors="0", skipped="0", time=f"{run.duration:.3f}")
     case = ET.SubElement(suite, "testcase", classname="pytest", name="session")
     error = ET.SubElement(case, "error", message=f"pytest exited with status {run.exit_status}")
@@ -150,6 +153,7 @@ def render_summary(report: Mapping[str, Any]) -> str:
     args = f" · pytest args `{shlex.join(report['pytest_args'])}`" if report["pytest_args"] else ""
     lines.append(f"{_when(report['started'])} ({report['duration']:.0f} s) · inventory `{report['inventory']}` · "
                  f"group `{report['group']}` · {len(sets)} host set(s){args}")
+    lines += ["", _verdict(report)]
     lines += ["", "| host | result | tests | " + " | ".join(rules) + " |",
               "| --- | --- | --- | " + " | ".join(":-:" for _ in rules) + " |"]
     for name, entry in sets.items():
@@ -161,9 +165,10 @@ def render_summary(report: Mapping[str, Any]) -> str:
     lines += ["", f"{PASS} n: every test of the rule passed (n tests) · {FAIL} f/n: f of the n tests that ran "
                   f"failed · {NONE}: not run on that host (skipped: capability missing). Per test: "
                   f"passed · failed · skipped.", ""]
+    lines += render_model(report)
     failing = [(name, entry) for name, entry in sets.items() if entry["status"] != "passed"]
     if failing:
-        lines += ["## Failures", ""]
+        lines += ["## Suite failures", ""]
         for name, entry in failing:
             if not entry["failures"]:
                 lines += [f"### {name}: pytest exited {entry['exit_status']} without a failed test", "",
@@ -197,6 +202,27 @@ def render_summary(report: Mapping[str, Any]) -> str:
                     lines += ["", f"{FAIL} {key.replace('_error', '')}: {entry[key]}"]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _verdict(report: Mapping[str, Any]) -> str:
+    """One line: the suite's and the model's verdicts, and bandwidth's if it failed."""
+    sets = report["hosts"].values()
+    failed = sum(1 for entry in sets if entry["status"] != "passed")
+    parts = [f"**Suite**: {PASS} passed on all {len(sets)} host set(s)" if not failed else
+             f"**Suite**: {FAIL} failed on {failed} of {len(sets)} host set(s)"]
+    model = report.get("model")
+    if not model:
+        parts.append("**Model**: not run (--no-model)")
+    elif model["status"] == "passed":
+        parts.append(f"**Model**: {PASS} no divergence in {model['sequences']} sequences, {model['steps']} steps")
+    else:
+        broken = sum(1 for e in model["sets"].values() if e["status"] == "failed")
+        text = f"{model['divergences']} divergence(s) in {model['sequences']} sequences"
+        parts.append(f"**Model**: {FAIL} {text}" + (f", the run failed on {broken} host set(s)" if broken else ""))
+    bandwidth = report.get("bandwidth") or {}
+    if any(e.get("harness_error") or e.get("ib_write_bw_error") for e in bandwidth.values()):
+        parts.append(f"**Bandwidth**: {FAIL} a measurement failed")
+    return " · ".join(parts)
 
 
 def _when(iso: str) -> str:

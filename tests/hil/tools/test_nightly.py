@@ -140,7 +140,8 @@ def _nightly(tmp_path: Path, hosts: list[HostConfig], capsys: pytest.CaptureFixt
     monkeypatch.chdir(tmp_path)
     inv = write_inventory(tmp_path / "lab.json", hosts)
     out = tmp_path / "nightly"
-    status = main(["nightly", "--inventory", str(inv), "--out", str(out), "--", "-p", "no:cacheprovider",
+    # The suite only: the model in nightly has its own tests (test_nightly_model.py).
+    status = main(["nightly", "--inventory", str(inv), "--out", str(out), "--no-model", "--", "-p", "no:cacheprovider",
                    *pytest_args])
     return status, out, capsys.readouterr().out
 
