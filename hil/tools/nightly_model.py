@@ -91,6 +91,10 @@ def set_model(run: SetRun, options: ModelOptions, per_set: int, inventory: str, 
     model = model if isinstance(model, dict) else {}
     divergences = list(model.get("divergences", []))
     seeds = [int(s) for s in model.get("seeds", [])]
+    failures = _load_json(run.failures)
+    diagnostics: dict[str, str] = {}  # host -> what the hil plugin gathered when the model test failed
+    for failure in failures if isinstance(failures, list) else []:
+        diagnostics.update(failure.get("diagnostics", {}))
     ok = run.exit_status == 0 and bool(model) and not divergences
     entry: dict[str, Any] = {
         "hosts": run.set.names,
@@ -107,6 +111,7 @@ def set_model(run: SetRun, options: ModelOptions, per_set: int, inventory: str, 
         "divergences": divergences,
         "costs": list(model.get("costs", [])),
         "alternatives": dict(model.get("alternatives", {})),
+        "diagnostics": diagnostics,
         "log": str(run.log),
         "error": None if ok or divergences else _log_tail(run.log),
     }
@@ -194,4 +199,7 @@ def render_model(report: Mapping[str, Any]) -> list[str]:
             lines += [f"### {name}: the model run failed (pytest exit {e['exit_status']})", "",
                       _fence((e.get("error") or f"see {e['log']}").splitlines()), "",
                       f"Full output: `{e['log']}`", ""]
+        for host, text in e.get("diagnostics", {}).items():
+            lines += [f"<details><summary>host diagnostics: {host}</summary>", "", _fence(text.splitlines()), "",
+                      "</details>", ""]
     return lines

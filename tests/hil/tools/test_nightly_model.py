@@ -180,6 +180,7 @@ def test_a_planted_divergence_fails_nightly_and_reads_well_under_an_ascii_locale
                                                                             "Register(rdma)")
         assert any("register_rdma_memory(" in line and "-> hil: descriptor" in line for line in div["steps"])
         assert "--san-model-seed=1" in entry["replay"] and "-p pytest_san.examples.broken_provider" in entry["replay"]
+        assert list(entry["diagnostics"]) == [name] and "rdma link show" in entry["diagnostics"][name]
     assert ET.parse(out / "junit.xml").getroot().get("failures") == "2"
 
     summary = (out / "summary.md").read_text(encoding="utf-8")
@@ -193,3 +194,4 @@ def test_a_planted_divergence_fails_nightly_and_reads_well_under_an_ascii_locale
     steps = section.split("```text\n", 1)[1].split("```", 1)[0]
     assert steps.startswith("  setup: p0 = ") and "  1. s" in steps and "(the model: descriptor)" in steps
     assert "Replay: `pytest --pyargs pytest_san.model --san-backend=hil" in section
+    assert f"<summary>host diagnostics: {NAMES[0]}</summary>" in section
