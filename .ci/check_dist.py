@@ -13,6 +13,8 @@ import zipfile
 WHEEL_NEEDS = [
     "pytest_san/CONTRACT.md", "pytest_san/py.typed", "pytest_san/examples/broken_provider.py", "hil/py.typed",
     "hil/inventory/examples/README.md", "hil/inventory/examples/lab.yaml", "hil/inventory/examples/local.yaml",
+    "hil/inventory/examples/ini/lab.ini", "hil/inventory/examples/ini/group_vars/all.yml",
+    "hil/inventory/examples/ini/group_vars/san.yml",
     "hil/tools/lab/README.md", "hil/tools/lab/install.sh",
 ]
 SDIST_NEEDS = [

@@ -21,6 +21,9 @@ PACKAGE_DATA = (
     "hil/inventory/examples/README.md",
     "hil/inventory/examples/lab.yaml",
     "hil/inventory/examples/local.yaml",
+    "hil/inventory/examples/ini/lab.ini",
+    "hil/inventory/examples/ini/group_vars/all.yml",
+    "hil/inventory/examples/ini/group_vars/san.yml",
     "hil/tools/lab/README.md",
     "hil/tools/lab/install.sh",
 )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+import hil.inventory
 from hil.inventory import InventoryError, load_inventory
 
 
@@ -348,3 +350,17 @@ def test_nesting_too_deep_is_an_inventory_error(tmp_path: Path) -> None:
     chain = "".join(f"[g{i}:children]\ng{i + 1}\n" for i in range(3000)) + "[g3000]\nn1\n"
     assert fails(write(tmp_path / "lab.ini", chain)).endswith("groups nested too deeply")
     assert load_inventory(write(tmp_path / "ok.ini", "[san]\nn1 x=" + "[" * 300 + "]" * 300 + "\n")).hosts["n1"]
+
+
+# --- the shipped example -----------------------------------------------------------------------------
+
+EXAMPLES = Path(hil.inventory.__file__).resolve().with_name("examples")  # shipped as package data
+
+
+def test_the_ini_example_is_lab_yaml_with_its_vars_in_group_vars() -> None:
+    ini = load_inventory(EXAMPLES / "ini" / "lab.ini", check_files=False)
+    lab = load_inventory(EXAMPLES / "lab.yaml", check_files=False)
+    keys = EXAMPLES / "ini" / ".lab"  # beside lab.ini, as .lab/ is beside lab.yaml
+    assert list(ini.hosts.values()) == [replace(host, key_file=keys / "id_ed25519", known_hosts=keys / "known_hosts")
+                                        for host in lab.hosts.values()]
+    assert ini.groups == lab.groups == {"all": ("node1", "node2"), "san": ("node1", "node2")}
