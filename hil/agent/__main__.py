@@ -4,7 +4,9 @@ Answers requests on stdin until stdin closes (the controller, or its SSH connect
 then releases everything it holds and exits. Python 3.9+, standard library (+ pyverbs for verbs).
 
 Before serving it leases its host (``lease.py``: an flock held until it exits); when another agent
-holds the lease, its hello is ``{"busy": <holder>}`` and it exits with status 4 without serving.
+holds the lease, its hello is ``{"busy": <holder>}`` and it exits with status 4 without serving. An
+engine that cannot start (no such device, GID index not set, no pyverbs) makes its hello
+``{"failed": <why>}`` (server.py) and it exits with status 5.
 """
 
 from __future__ import annotations

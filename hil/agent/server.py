@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from hil.agent.dispatch import Dispatcher, EngineCodec, Registry
 from hil.rpc import framing as wire
+
+STARTUP_FAILED = 5  # exit status of an agent whose engine could not start (its hello says why)
 
 # What is pushed to a host: the agent and the parts of pytest_san the emulator engine runs.
 AGENT_TREES = ("hil/agent", "hil/rpc", "pytest_san/emulator", "pytest_san/switch")
@@ -95,15 +100,22 @@ def _handlers(engine: Engine) -> dict[tuple[str, str], Callable[..., object]]:
 
 def serve(engine_name: str, host: str, options: str, content_hash: str, stdin: BinaryIO,
           stdout: BinaryIO) -> int:
-    engine = make_engine(engine_name, host, json.loads(options))
-    kind_of: Callable[[object], str] = engine.kind_of if hasattr(engine, "kind_of") else _emulator_kind_of()
-    registry = Registry(kind_of)
-    codec = EngineCodec(registry, engine.resolve_buffer)
-    for obj in engine.pinned():
-        registry.pin(obj)
-    dispatcher = Dispatcher(codec, _handlers(engine))
-    hello = {"protocol": wire.PROTOCOL_VERSION, "hash": content_hash, "pid": os.getpid(),
-             "engine_ref": codec.encode(engine), **{k: codec.encode(v) for k, v in engine.hello().items()}}
+    engine: Engine | None = None
+    try:
+        engine = make_engine(engine_name, host, json.loads(options))
+        kind_of: Callable[[object], str] = engine.kind_of if hasattr(engine, "kind_of") else _emulator_kind_of()
+        registry = Registry(kind_of)
+        codec = EngineCodec(registry, engine.resolve_buffer)
+        for obj in engine.pinned():
+            registry.pin(obj)
+        dispatcher = Dispatcher(codec, _handlers(engine))
+        hello = {"protocol": wire.PROTOCOL_VERSION, "hash": content_hash, "pid": os.getpid(),
+                 "engine_ref": codec.encode(engine), **{k: codec.encode(v) for k, v in engine.hello().items()}}
+    except Exception as exc:  # no such device, GID index not set, port down, no pyverbs: say why, then go
+        if engine is not None:
+            with contextlib.suppress(Exception):  # the reason to report is the first failure
+                engine.close()
+        return _cannot_start(stdout, content_hash, engine_name, options, exc)
     stdout.write(wire.encode({"hello": hello}))
     stdout.flush()
     try:
@@ -117,6 +129,21 @@ def serve(engine_name: str, host: str, options: str, content_hash: str, stdin: B
     finally:
         engine.close()  # every registration, allocation and child process goes with us
     return 0
+
+
+def _cannot_start(stdout: BinaryIO, content_hash: str, engine_name: str, options: str, exc: Exception) -> int:
+    """The engine could not start: a hello that says why (the controller puts it in its error, so the test
+    report names the reason, not just an agent gone), the traceback on stderr; exit STARTUP_FAILED."""
+    traceback.print_exc(file=sys.stderr)
+    try:
+        given = {k: v for k, v in json.loads(options).items() if v is not None}
+    except (ValueError, AttributeError):
+        given = {"options": options}
+    failed = {"engine": engine_name, "options": given, "kind": type(exc).__name__, "message": str(exc) or repr(exc)}
+    hello = {"protocol": wire.PROTOCOL_VERSION, "hash": content_hash, "pid": os.getpid(), "failed": failed}
+    stdout.write(wire.encode({"hello": hello}))
+    stdout.flush()
+    return STARTUP_FAILED
 
 
 def _emulator_kind_of() -> Callable[[object], str]:

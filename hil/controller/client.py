@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hil.agent.server import agent_files
-from hil.controller.errors import AgentError, HostBusy, failure
+from hil.controller.errors import AgentError, AgentStartError, HostBusy, failure, start_failure
 from hil.controller.leases import describe_holder
 from hil.inventory import HostConfig
 from hil.rpc import framing as wire
@@ -22,7 +22,7 @@ from hil.transport import Channel, Transport, TransportError
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
 
-__all__ = ["AgentClient", "AgentError", "HostBusy", "Outcome", "agent_bundle", "push_agent"]
+__all__ = ["AgentClient", "AgentError", "AgentStartError", "HostBusy", "Outcome", "agent_bundle", "push_agent"]
 
 ROOT = Path(__file__).resolve().parents[2]  # where hil/ and pytest_san/ sit side by side
 
@@ -77,6 +77,11 @@ class AgentClient:
         except BaseException:
             self.channel.close()
             raise
+        if "failed" in self.hello:  # the engine could not start: the agent said why and exits
+            self.channel.close()
+            self.dead = "could not start"
+            failed = self.hello["failed"] if isinstance(self.hello["failed"], dict) else {}
+            raise start_failure(self.where, failed, self.channel.stderr_text(wait=1.0))
         if "busy" in self.hello:
             self.channel.close()
             holder = self.hello["busy"] if isinstance(self.hello["busy"], dict) else {}
@@ -104,7 +109,10 @@ class AgentClient:
             line = self.channel.readline(timeout)
         except TransportError as exc:
             self.dead = str(exc)
-            raise AgentError(f"{self.where}: agent gone while waiting for {what}: {exc}{self._noise()}") from None
+            # An agent that exited: its last stderr line on the message's first line, all a short summary shows.
+            last = "" if self.channel.alive else self.channel.stderr_text().strip().rpartition("\n")[2].strip()
+            said = f" (its last words on stderr: {last[:300]})" if last else ""
+            raise AgentError(f"{self.where}: agent gone while waiting for {what}{said}: {exc}{self._noise()}") from None
         self.last_reply = time.time()
         return line
 

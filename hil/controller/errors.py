@@ -13,6 +13,21 @@ class AgentError(RuntimeError):
     """The agent failed in a way that is not a SAN error: the message names the host."""
 
 
+class AgentStartError(AgentError):
+    """The agent could not start its engine (no such device, GID index not set, no pyverbs, ...): the message
+    names the host and, on its first line, the agent's reason; then the agent's traceback."""
+
+
+def start_failure(where: str, failed: Mapping[str, object], trace: str) -> AgentStartError:
+    """The error for an agent whose hello says ``failed`` (hil/agent/server.py): reason first, on one line."""
+    options = failed.get("options")
+    given = ", ".join(f"{k} {v!r}" for k, v in options.items()) if isinstance(options, Mapping) else ""
+    engine = f"the {failed.get('engine', '?')} engine" + (f" ({given})" if given else "")
+    text = f"{where}: the agent could not start: {engine}: {failed.get('kind', '?')}: {failed.get('message', '')}"
+    lines = trace.strip().splitlines()[-20:]
+    return AgentStartError(text + ("\nthe agent's stderr:\n  " + "\n  ".join(lines) if lines else ""))
+
+
 class HostBusy(AgentError):
     """The host is leased by another agent (another worker, run or controller); ``holder`` says whose."""
 

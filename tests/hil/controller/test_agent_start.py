@@ -1,0 +1,57 @@
+"""An agent that cannot start says why: its reason reaches the controller's error and the test report.
+
+The real agent, with the verbs engine asked for a device that exists nowhere (``nosuch0``): it fails at
+start on any machine, RDMA devices or not, as it does on a lab host whose inventory names the wrong device.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hil.controller.client import AgentClient
+from hil.controller.errors import AgentStartError
+from hil.inventory import HostConfig
+from hil.transport import open_transport
+from tests.support.sshd import SshServer
+
+REASON = "the agent could not start: the verbs engine (device 'nosuch0'): NoRdmaDevice: "
+
+
+def _start_fails(host: HostConfig) -> str:
+    with open_transport(host, ssh_config=None) as transport, pytest.raises(AgentStartError) as caught:
+        AgentClient(host, transport, start_timeout=60)
+    return str(caught.value)
+
+
+def test_a_local_agent_that_cannot_start_names_its_reason(tmp_path: Path) -> None:
+    host = HostConfig(name="nodev", host="localhost", connection="local", engine="verbs", device="nosuch0",
+                      extra={"san_remote_tmp": str(tmp_path)})
+    message = _start_fails(host)
+    first = message.splitlines()[0]
+    assert first.startswith(f"host nodev (localhost:22, engine verbs): {REASON}"), message
+    assert "Traceback" in message  # then the agent's own account, for whoever digs further
+
+
+def test_an_agent_over_ssh_that_cannot_start_names_its_reason(sshd: SshServer, tmp_path: Path) -> None:
+    host = sshd.host_config(name="nodev", engine="verbs", device="nosuch0", extra={"san_remote_tmp": str(tmp_path)})
+    first = _start_fails(host).splitlines()[0]
+    assert first.startswith(f"host nodev ({sshd.host}:{sshd.port}, engine verbs): {REASON}"), first
+
+
+def test_the_reason_is_in_the_failing_tests_report(pytester: pytest.Pytester,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    host = {"ansible_connection": "local", "san_engine": "verbs", "san_device": "nosuch0", "san_loopback": True,
+            "san_remote_tmp": str(pytester.path)}
+    monkeypatch.setenv("COLUMNS", "400")  # the short summary is cut at the terminal's width
+    inventory = pytester.path / "lab.json"
+    inventory.write_text(json.dumps({"all": {"children": {"san": {"hosts": {"nodev": host}}}}}))
+    pytester.makepyfile(test_needs_a_host="def test_connect(san_switch):\n    san_switch.connect()\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-ra", "--san-backend=hil",
+                                           f"--san-inventory={inventory}")
+    result.assert_outcomes(errors=1)
+    # in the error's report, and on the one line of the short summary
+    result.stdout.fnmatch_lines([f"E   *AgentStartError: host nodev (nodev:22, engine verbs): {REASON}*",
+                                 f"ERROR test_needs_a_host.py::test_connect - *{REASON}*"])
