@@ -1,11 +1,13 @@
 """``lab up``: boot the lab's guests and write the inventory for them.
 
 ``up`` boots the guests in parallel, one thread each: start vng, wait for the guest's ready marker on its
-console, then SSH with a short back-off until rxe0's port is ACTIVE. A guest that fails is stopped and
+console, then SSH with a short back-off until the RDMA device's port (rxe0, or siw0 with ``--provider siw``)
+is ACTIVE. A guest that fails is stopped and
 booted once more (on TCG if it failed under KVM); a second failure tears the whole lab down and shows
 that guest's console. Whatever goes wrong (or Ctrl-C), ``up`` leaves nothing running behind it.
-Before the guests: KVM or TCG (a probe guest decides, remembered until the host reboots), the lab's
-keys, the guests' init script and the Ethernet hub.
+Before the guests: siw.ko for a siw lab (built once per kernel, :mod:`hil.tools.lab.siw`), KVM or TCG (a
+probe guest decides, remembered until the host reboots), the lab's keys, the guests' init script and the
+Ethernet hub.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -42,6 +45,8 @@ from hil.tools.lab.kernel import DEFAULT_CACHE, Kernel, fetch_kernel
 from hil.tools.lab.keys import LabKeys, generate_keys, write_known_hosts
 from hil.tools.lab.procs import group_is_ours, temp_files
 from hil.tools.lab.progress import Progress
+from hil.tools.lab.provider import DEFAULT_PROVIDER, provider
+from hil.tools.lab.siw import MODULE, siw_module
 from hil.tools.lab.state import DEFAULT_STATE_DIR, GuestState, LabState, group_members, stop_group
 from hil.tools.lab.teardown import _teardown
 
@@ -72,7 +77,8 @@ class UpOptions:
     kernel_cache: Path = DEFAULT_CACHE
     accel: str = "auto"  # auto: probe KVM, use it only if a guest really runs; kvm; tcg
     boot_timeout: float = 300.0  # per attempt, until the ready marker (TCG boots take ~40-90 s here)
-    ssh_timeout: float = 120.0  # per attempt, after the marker: SSH up and rxe0 ACTIVE
+    ssh_timeout: float = 120.0  # per attempt, after the marker: SSH up and the RDMA port ACTIVE
+    provider: str = DEFAULT_PROVIDER  # rxe or siw, in every guest (never both on one netdev)
 
     @property
     def directory(self) -> Path:
@@ -161,6 +167,9 @@ class _Booter:
         self.stop = threading.Event()
         self.lock = threading.Lock()  # state file and known_hosts
         self.errors: dict[str, BaseException] = {}
+        self.device = provider(state.provider).device
+        siw = Path(state.state_dir) / MODULE
+        self.siw_module = siw if state.provider == "siw" else None
 
     def save(self) -> None:
         with self.lock:
@@ -232,7 +241,8 @@ class _Booter:
         spec = GuestSpec(index=guest.index, ssh_port=guest.ssh_port, hub_port=self.state.hub_port,
                          vmlinuz=self.kernel.vmlinuz, init_script=Path(self.state.state_dir) / INIT_SCRIPT,
                          host_key=self.keys.host_key, authorized_keys=self.keys.client_pub,
-                         memory=self.opts.memory, kvm=kvm, hugepages=self.opts.hugepages)
+                         memory=self.opts.memory, kvm=kvm, hugepages=self.opts.hugepages,
+                         provider=self.state.provider, siw_module=self.siw_module)
         log = Path(guest.console_log)
         proc = start_guest(spec, log, self.vng)
         guest.pgid = proc.pid
@@ -303,16 +313,16 @@ class _Booter:
             state = ""
             while True:
                 try:
-                    result = transport.run(["cat", "/sys/class/infiniband/rxe0/ports/1/state"], timeout=30)
+                    result = transport.run(["cat", f"/sys/class/infiniband/{self.device}/ports/1/state"], timeout=30)
                     state = result.stdout.strip() or result.stderr.strip()
                 except TransportError as exc:
                     state = exc.reason
                 if state.partition(": ")[2] == "ACTIVE":  # sysfs says "4: ACTIVE"
                     break
                 if time.monotonic() > deadline:
-                    raise _GuestFailed(f"rxe0 port 1 not ACTIVE within {self.opts.ssh_timeout:g} s: {state}")
+                    raise _GuestFailed(f"{self.device} port 1 not ACTIVE within {self.opts.ssh_timeout:g} s: {state}")
                 self._wait(1.0)
-        self.progress(guest.name, f"rxe0 port 1 {state.partition(': ')[2]} on {guest.netdev}")
+        self.progress(guest.name, f"{self.device} port 1 {state.partition(': ')[2]} on {guest.netdev}")
 
 
 def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
@@ -329,12 +339,18 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
                            f"`san-hil lab down --state-dir {directory}` first")
         progress("host", f"removing the remains of a lab that is no longer running in {directory}")
         _teardown(existing, progress)
+    provider(opts.provider)  # an unknown one fails before anything is fetched or built
     find_vng()
     kernel = fetch_kernel(opts.kernel_cache, progress=lambda m: progress("host", m))
+    siw = siw_module(kernel, opts.kernel_cache, progress=lambda m: progress("host", m)) \
+        if opts.provider == "siw" else None
     directory.mkdir(parents=True, exist_ok=True)
-    state = LabState(state_dir=str(directory), kernel=str(kernel.vmlinuz))
+    state = LabState(state_dir=str(directory), kernel=str(kernel.vmlinuz), provider=opts.provider)
     state.save()
     try:
+        if siw is not None:  # the lab's own copy: a rebuild of the cache never changes it under the guests
+            state.add_file(directory / MODULE)
+            shutil.copyfile(siw.path, directory / MODULE)
         kvm = _use_kvm(opts.accel, kernel, opts.kernel_cache.expanduser() / KVM_PROBE, progress)
         keys = generate_keys(directory)
         for path in keys.files():
@@ -365,5 +381,5 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
         progress("host", "stopping and removing what was started")
         _teardown(state, progress)
         raise
-    progress("host", f"lab of {opts.hosts} up in {progress.elapsed():.0f} s; inventory: {inventory}")
+    progress("host", f"lab of {opts.hosts} ({opts.provider}) up in {progress.elapsed():.0f} s; inventory: {inventory}")
     return state

@@ -51,6 +51,9 @@ def _up_arguments(parser: argparse.ArgumentParser, hosts_default: int) -> None:
                         help="auto (default): KVM only if a short probe guest really runs under it")
     parser.add_argument("--boot-timeout", type=float, default=300.0,
                         help="seconds per boot attempt until the guest says it is ready (default 300)")
+    parser.add_argument("--provider", choices=("rxe", "siw"), default="rxe",
+                        help="the RDMA device of every guest: rxe (default) Soft-RoCE rxe0, or siw Soft-iWARP "
+                             "siw0 (siw.ko built once for the lab kernel)")
 
 
 def _options(args: argparse.Namespace) -> UpOptions:
@@ -58,7 +61,7 @@ def _options(args: argparse.Namespace) -> UpOptions:
 
     return UpOptions(hosts=args.hosts, memory=args.memory, hugepages=args.hugepages, state_dir=args.state_dir,
                      inventory_out=args.inventory_out, kernel_cache=args.kernel_cache, accel=args.accel,
-                     boot_timeout=args.boot_timeout)
+                     boot_timeout=args.boot_timeout, provider=args.provider)
 
 
 def _guarded(run: _Command) -> _Command:

@@ -1,11 +1,11 @@
 """One lab guest: its addresses, its vng command line, the script it runs at boot, its console log.
 
 Each guest has two NICs, both found inside the guest by MAC (the kernel may call them eth1 or enp0s3):
-the *lab* NIC on the shared segment (the hub), which carries rxe0, and a *management* NIC on qemu's
-user-mode network whose port 22 is forwarded to a 127.0.0.1 port on the host. The boot script is run by
-virtme-ng (``--exec``); it prints a ready marker to the console once sshd runs, and the controller waits
-for that marker before it opens a single SSH connection (LAB.md: connecting too early can leave a
-guest's sshd without a banner for minutes).
+the *lab* NIC on the shared segment (the hub), which carries rxe0 (or siw0: one provider per lab), and a
+*management* NIC on qemu's user-mode network whose port 22 is forwarded to a 127.0.0.1 port on the host.
+The boot script is run by virtme-ng (``--exec``); it prints a ready marker to the console once sshd runs,
+and the controller waits for that marker before it opens a single SSH connection (LAB.md: connecting too
+early can leave a guest's sshd without a banner for minutes).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def lab_address(index: int) -> str:
 # a fake sysfs tree (SAN_LAB_SYSFS_NET) without a guest.
 GUEST_INIT = r"""#!/bin/bash
 # pytest-san lab guest init, written by `san-hil lab up` and run by virtme-ng inside each guest (as root).
-#   guest-init.sh boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY AUTHORIZED_KEYS
+#   guest-init.sh boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY AUTHORIZED_KEYS [HUGEPAGES [rxe|siw [SIW_KO]]]
 #   guest-init.sh find-nic MAC        # prints the interface that has MAC
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -101,7 +101,8 @@ fail() {
 step() { echo "san-lab: $NAME: $*"; }
 
 boot() {
-    NAME=$1 LAB_MAC=$2 LAB_CIDR=$3 MGMT_MAC=$4 HOST_KEY=$5 AUTH_KEYS=$6 HUGEPAGES=${7:-0}
+    NAME=$1 LAB_MAC=$2 LAB_CIDR=$3 MGMT_MAC=$4 HOST_KEY=$5 AUTH_KEYS=$6 HUGEPAGES=${7:-0} PROVIDER=${8:-rxe}
+    SIW_KO=${9:-}
     step "init started"
     modprobe virtio_net 2>/dev/null
     LAB=$(wait_nic "$LAB_MAC" 60) || fail "no NIC with MAC $LAB_MAC"
@@ -110,9 +111,23 @@ boot() {
     ip addr add "$SLIRP_GUEST" dev "$MGMT" && ip link set "$MGMT" up || fail "cannot configure $MGMT"
     ip addr add "$LAB_CIDR" dev "$LAB" && ip link set "$LAB" up || fail "cannot configure $LAB"
     step "lab NIC $LAB ($LAB_MAC) $LAB_CIDR, management NIC $MGMT ($MGMT_MAC)"
-    modprobe rdma_rxe || fail "modprobe rdma_rxe failed"
-    rdma link add rxe0 type rxe netdev "$LAB" || fail "rdma link add rxe0 on $LAB failed"
-    step "$(rdma link show rxe0/1 2>&1)"
+    # One provider per guest: rxe and siw on one netdev conflict (RDMA CM picks by address).
+    case "$PROVIDER" in
+        rxe)
+            DEV=rxe0
+            modprobe rdma_rxe || fail "modprobe rdma_rxe failed" ;;
+        siw)
+            DEV=siw0
+            # siw.ko is built out of tree, so modules.dep does not know it and insmod loads nothing it
+            # needs: load what the module says it depends on first (ib_core, libcrc32c).
+            for dep in $(modinfo -F depends "$SIW_KO" | tr ',' ' '); do
+                modprobe "$dep" || fail "modprobe $dep (for siw.ko) failed"
+            done
+            insmod "$SIW_KO" || fail "insmod $SIW_KO failed: $(dmesg | tail -n 3)" ;;
+        *) fail "unknown provider $PROVIDER" ;;
+    esac
+    rdma link add "$DEV" type "$PROVIDER" netdev "$LAB" || fail "rdma link add $DEV on $LAB failed"
+    step "$(rdma link show "$DEV"/1 2>&1)"
     # 2 MiB hugetlb pages: the proxy's contiguous memory and common DMA buffers (P3-P5) come from them.
     if [ "$HUGEPAGES" -gt 0 ]; then
         echo "$HUGEPAGES" >/proc/sys/vm/nr_hugepages
@@ -159,7 +174,8 @@ EOF
 case "${1:-}" in
     boot) shift; boot "$@" ;;
     find-nic) find_nic "$2" ;;
-    *) echo "usage: $0 boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY AUTHORIZED_KEYS [HUGEPAGES] | find-nic MAC" >&2
+    *) echo "usage: $0 boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY AUTHORIZED_KEYS [HUGEPAGES [rxe|siw [SIW_KO]]]" \
+            "| find-nic MAC" >&2
        exit 2 ;;
 esac
 """.replace("@READY@", READY_MARKER).replace("@FAILED@", FAILED_MARKER).replace("@SLIRP_GUEST@", SLIRP_GUEST)
@@ -179,6 +195,8 @@ class GuestSpec:
     memory: str = "1G"
     kvm: bool = False
     hugepages: int = 0  # 2 MiB hugetlb pages reserved at boot
+    provider: str = "rxe"  # the RDMA device on the lab NIC: rxe0, or siw0 (then siw_module is loaded)
+    siw_module: Path | None = None
 
     @property
     def name(self) -> str:
@@ -198,6 +216,8 @@ def guest_exec(spec: GuestSpec) -> str:
         "/bin/bash", str(spec.init_script), "boot", spec.name, lab_mac(spec.index),
         f"{lab_address(spec.index)}/{LAB_PREFIX}", mgmt_mac(spec.index), str(spec.host_key),
         str(spec.authorized_keys), str(spec.hugepages),
+        # rxe, the default, is left unsaid: its command line is the one it always was
+        *([] if spec.provider == "rxe" else [spec.provider, str(spec.siw_module or "")]),
     ])
 
 

@@ -37,7 +37,7 @@ def status(state_dir: Path = DEFAULT_STATE_DIR, out: TextIO | None = None) -> in
         print(f"no lab in {directory}", file=stream)
         return 1
     age = time.time() - state.started
-    print(f"lab in {directory}: {len(state.guests)} guests, started {age:.0f} s ago, "
+    print(f"lab in {directory}: {len(state.guests)} guests ({state.provider}), started {age:.0f} s ago, "
           f"{'ready' if state.ready else 'NOT READY (booting, or up failed)'}", file=stream)
     healthy = state.ready
     hub_alive = state.hub_pgid is not None and group_is_ours(state.hub_pgid, state.state_dir)

@@ -57,6 +57,7 @@ class LabState:
     files: list[str] = field(default_factory=list)  # everything up made outside its own bookkeeping
     inventory: str | None = None
     kernel: str | None = None
+    provider: str = "rxe"  # the RDMA provider of every guest (hil.tools.lab.provider)
     started: float = field(default_factory=time.time)
     ready: bool = False
 
