@@ -115,12 +115,12 @@ def nightly(opts: NightlyOptions, say: Callable[[str], None] | None = None) -> i
     for run in suites:
         run.argv = pytest_argv(run, inventory, opts.group, opts.lease_timeout, opts.pytest_args)
     # The model after the suite on the same hosts: run_sets never starts it while its set's suite runs.
-    models = [SetRun(hs, out / "hosts" / hs.slug / "model", kind="model") for hs in sets] if opts.model else []
+    models: list[SetRun] = []
     per_set = opts.model.per_set(len(sets)) if opts.model else 0
-    for run in models:
-        assert opts.model is not None
-        run.argv = pytest_argv(run, inventory, opts.group, opts.lease_timeout,
-                               model_args(opts.model, per_set, opts.pytest_args))
+    extra = model_args(opts.model, per_set, opts.pytest_args) if opts.model else []
+    for hs in sets if opts.model else []:
+        models.append(run := SetRun(hs, out / "hosts" / hs.slug / "model", kind="model"))
+        run.argv = pytest_argv(run, inventory, opts.group, opts.lease_timeout, extra)
     for run in suites + models:
         for stale in (run.junit, run.report, run.failures):
             stale.unlink(missing_ok=True)
