@@ -192,8 +192,8 @@ def add_nightly_command(commands: Any) -> None:
     p = commands.add_parser(
         "nightly", allow_abbrev=False,
         usage="san-hil nightly --inventory PATH --out DIR [options] [--] [pytest args ...]",
-        help="the suite on every host (pair) of the inventory, in parallel; junit.xml, report.json, "
-             "summary.md, bandwidth.png in --out (extra arguments go to pytest)")
+        help="the suite, then the reference model, on every host (pair) of the inventory, in parallel; "
+             "junit.xml, report.json, summary.md, bandwidth.png in --out (extra arguments go to pytest)")
     p.add_argument("--inventory", required=True, type=Path, help="lab inventory (Ansible-style YAML)")
     p.add_argument("--out", required=True, type=Path, help="directory for the results")
     p.add_argument("--group", default="san", help="inventory group (default: san)")
