@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hil.tools.lab import LabError
 from hil.tools.lab.kernel import DEFAULT_CACHE
+from hil.tools.lab.provider import DEFAULT_PROVIDER, PROVIDERS
 from hil.tools.lab.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def _up_arguments(parser: argparse.ArgumentParser, hosts_default: int) -> None:
                         help="auto (default): KVM only if a short probe guest really runs under it")
     parser.add_argument("--boot-timeout", type=float, default=300.0,
                         help="seconds per boot attempt until the guest says it is ready (default 300)")
-    parser.add_argument("--provider", choices=("rxe", "siw"), default="rxe",
+    parser.add_argument("--provider", choices=tuple(PROVIDERS), default=DEFAULT_PROVIDER,
                         help="the RDMA device of every guest: rxe (default) Soft-RoCE rxe0, or siw Soft-iWARP "
                              "siw0 (siw.ko built once for the lab kernel)")
 

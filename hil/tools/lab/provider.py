@@ -18,14 +18,14 @@ class Provider:
     name: str  # what `--provider` takes
     device: str  # the RDMA device each guest adds on its lab NIC
     gid_index: int  # the GID the inventory names
-    summary: str  # for --help
 
 
 PROVIDERS: dict[str, Provider] = {
-    # GID index 1 is the IPv4-mapped GID of the lab address (index 0 is the link-local one).
-    "rxe": Provider("rxe", "rxe0", 1, "Soft-RoCE, rdma_rxe from the lab kernel"),
-    # siw has a single, MAC-based GID.
-    "siw": Provider("siw", "siw0", 0, "Soft-iWARP, siw.ko built once for the lab kernel"),
+    # Soft-RoCE, rdma_rxe from the lab kernel. GID index 1 is the IPv4-mapped GID of the lab address
+    # (index 0 is the link-local one).
+    "rxe": Provider("rxe", "rxe0", 1),
+    # Soft-iWARP, siw.ko built once for the lab kernel (hil.tools.lab.siw). It has one, MAC-based GID.
+    "siw": Provider("siw", "siw0", 0),
 }
 DEFAULT_PROVIDER = "rxe"
 
