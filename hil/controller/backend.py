@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
 from pytest_san.protocols import Backend, Faults, Node, Process, Provider, Proxy, Socket
 from pytest_san.types import Leak
+
+log = logging.getLogger(__name__)  # resets, and dead agents replaced
 
 Wrappers = tuple[Callable[[Node, Provider], Provider], Callable[[Node, Proxy], Proxy]]
 """(wrap_provider(node, provider), wrap_proxy(node, proxy)): what replaces a node's provider and proxy."""
@@ -77,6 +80,7 @@ class Agent:
     def send_reset(self, before: list[tuple[int, str, list[Encoded]]]) -> None:
         """Write ``before``, the reset and the questions for each node's new default process (what a
         reset keeps or replaces), with whatever calls are queued first: pipelined, read by ``collect_reset``."""
+        log.debug("%s: reset", self.client.where)
         after: list[tuple[int, str, list[Encoded]]] = [(n.oid, "default_process", []) for n in self.nodes]
         self.session.send_many([*before, (self.engine, "reset", []), *after])
 
@@ -267,6 +271,8 @@ class HilBackend:
     def _replace_dead(self) -> None:
         for agent in self.agents:
             if agent.client.dead:
+                log.warning("%s: replacing the dead agent (%s)", agent.client.where,
+                            agent.client.dead.partition("\n")[0])
                 # Its lease ended with it (when it was last heard from); a fresh agent leases the host again.
                 self.lease_log.end(agent.client.last_reply)
                 agent.close()

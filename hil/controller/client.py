@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import logging
 import shlex
 import time
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,8 @@ def push_agent(transport: Transport) -> tuple[str, str]:
     return transport.push(files, name="pytest-san-agent"), content_hash
 
 
+log = logging.getLogger(__name__)  # agents starting, saying hello, stopping, dying
+
 Outcome = tuple[bool, Any]
 """(True, a reply's result: decoded JSON, arbitrary) or (False, the exception its error stands for)."""
 
@@ -68,6 +71,7 @@ class AgentClient:
         if lease is not None:
             argv += ["--lease", json.dumps(dict(lease), sort_keys=True)]
         self.command = shlex.join(argv)
+        log.debug("%s: starting the agent: %s", self.where, self.command)
         self.channel: Channel = transport.spawn(argv)
         self.dead: str | None = None
         self.last_reply = time.time()  # when the agent was last heard from (wall clock)
@@ -81,15 +85,21 @@ class AgentClient:
             self.channel.close()
             self.dead = "could not start"
             failed = self.hello["failed"] if isinstance(self.hello["failed"], dict) else {}
-            raise start_failure(self.where, failed, self.channel.stderr_text(wait=1.0))
+            error = start_failure(self.where, failed, self.channel.stderr_text(wait=1.0))
+            log.warning("%s", str(error).partition("\n")[0])
+            raise error
         if "busy" in self.hello:
             self.channel.close()
             holder = self.hello["busy"] if isinstance(self.hello["busy"], dict) else {}
+            log.info("%s: leased by %s", self.where, describe_holder(holder))
             raise HostBusy(host.name, holder, f"{self.where}: leased by {describe_holder(holder)}")
         if self.hello.get("protocol") != wire.PROTOCOL_VERSION or self.hello.get("hash") != self.content_hash:
             self.channel.close()
             raise AgentError(f"{self.where}: agent speaks protocol {self.hello.get('protocol')} with hash "
                              f"{self.hello.get('hash')}, this controller {wire.PROTOCOL_VERSION} / {self.content_hash}")
+        log.info("%s: agent started (pid %s)", self.where, self.hello.get("pid"))
+        log.debug("%s: hello: capabilities %s, nodes %s", self.where, self.hello.get("capabilities"),
+                  [n.get("name") for n in self.hello.get("nodes", []) if isinstance(n, dict)])
 
     @property
     def where(self) -> str:
@@ -108,7 +118,7 @@ class AgentClient:
         try:
             line = self.channel.readline(timeout)
         except TransportError as exc:
-            self.dead = str(exc)
+            self._died(str(exc))
             # An agent that exited: its last stderr line on the message's first line, all a short summary shows.
             last = "" if self.channel.alive else self.channel.stderr_text().strip().rpartition("\n")[2].strip()
             said = f" (its last words on stderr: {last[:300]})" if last else ""
@@ -140,9 +150,14 @@ class AgentClient:
         text = b"".join(self.noise)
         return f"; before its hello it printed {text[:300]!r}{'...' if len(text) > 300 else ''}"
 
+    def _died(self, why: str) -> None:
+        if self.dead is None:
+            log.warning("%s: agent gone: %s", self.where, why.partition("\n")[0])
+        self.dead = why
+
     def _out_of_step(self, problem: str) -> AgentError:
         """The agent's output can no longer be trusted: it is dead (HilBackend.reset replaces it)."""
-        self.dead = problem
+        self._died(problem)
         self.channel.close()  # it exits, releasing what it held: nothing it says can be matched to a call
         return AgentError(f"{self.where}: {problem}; the agent was stopped (a fresh one serves the next test)")
 
@@ -168,7 +183,7 @@ class AgentClient:
         try:
             self.channel.write(data)
         except TransportError as exc:
-            self.dead = str(exc)
+            self._died(str(exc))
             raise AgentError(f"{self.where}: cannot reach the agent: {exc}") from None
         self._unread.append((rid, method))
         return rid
@@ -205,7 +220,10 @@ class AgentClient:
 
     def close(self) -> None:
         """Closing the agent's stdin makes it release everything and exit."""
+        was_running = not self.channel.closed
         self.channel.close()
+        if was_running:
+            log.info("%s: agent stopped (pid %s)", self.where, getattr(self, "hello", {}).get("pid"))
 
 
 def _error(error: Mapping[str, object], where: str) -> Exception:

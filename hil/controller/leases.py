@@ -8,6 +8,7 @@ visible message) while they are leased by others, and gives up after a timeout n
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -38,6 +39,8 @@ __all__ = [
     "self_sufficient",
     "waiting_message",
 ]
+
+log = logging.getLogger(__name__)  # leases acquired, waited for, released
 
 DEFAULT_LEASE_TIMEOUT = 300.0
 POLL_INTERVAL = 1.0  # seconds between rounds while every wanted host is leased (plus up to half of it, random)
@@ -154,10 +157,12 @@ class LeaseLog:
 
     def start(self, hosts: Sequence[str], at: float | None = None) -> None:
         self.records.append({"worker": self.worker, "hosts": list(hosts), "start": now_iso(at), "end": None})
+        log.info("lease acquired by worker %s: hosts %s", self.worker, ", ".join(hosts))
 
     def end(self, at: float | None = None) -> None:
         if self.records and self.records[-1]["end"] is None:
             self.records[-1]["end"] = now_iso(at)
+            log.info("lease released by worker %s: hosts %s", self.worker, ", ".join(self.records[-1]["hosts"]))
 
     @property
     def held(self) -> bool:
@@ -180,6 +185,7 @@ class Leaser(Generic[A]):
         self._announced: dict[str, str] = {}
 
     def notify(self, message: str) -> None:
+        log.info("%s", message)
         if self.policy.notify is not None:
             self.policy.notify(message)
         else:

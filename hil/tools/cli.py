@@ -8,7 +8,7 @@ import sys
 from hil.extras import missing_extra
 from hil.inventory import InventoryError, load_inventory
 from hil.tools.arguments import chosen_parser, refuse_renamed, refuse_unknown, split_passed_on
-from hil.tools.console import safe_streams
+from hil.tools.console import log_to_stderr, safe_streams
 from pytest_san import __version__
 
 # --hosts is a count of guests in `lab up`/`lab run` (SPEC 5.1); host names are --limit, as in Ansible.
@@ -35,6 +35,8 @@ def _prepare(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="san-hil", description="pytest-san hardware-in-the-loop tools")
     parser.add_argument("--version", action="version", version=f"san-hil {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show agents starting and stopping, SSH connections and leases (hil's DEBUG records)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     prep = commands.add_parser("prepare", help="check each lab host (RDMA device, port, GID, netdev, "
                                                "memlock, pyverbs) and say what is missing")
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        status: int = args.run(args)
+        with log_to_stderr(args.verbose):  # the lab's progress, and warnings, on stderr (library code only logs)
+            status: int = args.run(args)
     except InventoryError as exc:
         print(f"san-hil: {exc}", file=sys.stderr)
         return 2

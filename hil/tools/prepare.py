@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from hil.controller.client import push_agent
 from hil.inventory import HostConfig
 from hil.transport import TransportError, open_transport
+
+log = logging.getLogger(__name__)
 
 
 def prepare_host(host: HostConfig, create_rxe: bool = False, timeout: float = 120.0) -> dict[str, Any]:
@@ -25,6 +28,7 @@ def prepare_host(host: HostConfig, create_rxe: bool = False, timeout: float = 12
                 argv += ["--gid-index", str(host.gid_index)]
             if create_rxe:
                 argv.append("--create-rxe")
+            log.debug("%s: running the host check: %s", host.name, " ".join(argv))
             result = transport.run(argv, timeout=timeout)
     except TransportError as exc:
         return {"host": host.name, "problems": [str(exc)], "devices": [], "actions": []}

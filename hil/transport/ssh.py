@@ -7,6 +7,7 @@ which host keys it trusts, :mod:`~hil.transport.ssh_auth`; one command, :mod:`~h
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shlex
 import stat
@@ -49,6 +50,9 @@ __all__ = [
     "SshChannel",
     "SshTransport",
 ]
+
+
+log = logging.getLogger(__name__)  # SSH connections opened, authenticated, lost and closed
 
 
 # --- file operations for push ----------------------------------------------------------------------
@@ -169,6 +173,8 @@ class SshTransport(Transport):
                     client.close()
                 raise
             self._clients = clients
+            via = f" through {', '.join(self.jump_hosts)}" if self._hops else ""
+            log.info("%s: SSH connected as %s%s", self.label, self._target.user, via)
 
     def _prefix(self, ep: Endpoint) -> str:
         return "" if ep is self._target else f"jump host {ep.alias} ({ep.at}): "
@@ -195,6 +201,8 @@ class SshTransport(Transport):
         except KNOWN_HOSTS_ERRORS as exc:
             raise self.error(f"cannot read known hosts {self.known_hosts}: {exc}") from None
         offered, notes, agent = keys_to_offer(ep, lambda why: self.error(prefix + why))
+        log.debug("%s: %sconnecting to %s as %s, offering %s%s", self.label, prefix, ep.at, ep.user,
+                  ", ".join(d for d, _ in offered) or "no key", f" ({'; '.join(notes)})" if notes else "")
         try:
             client.connect(
                 ep.hostname,
@@ -210,6 +218,7 @@ class SshTransport(Transport):
             client.close()
             why = explain(exc, ep, [d for d, _ in offered], notes, known_hosts=self.known_hosts,
                           connect_timeout=self.connect_timeout, banner_timeout=self.banner_timeout)
+            log.warning("%s: %s%s", self.label, prefix, why)
             raise self.error(prefix + why) from None
         except BaseException:
             client.close()
@@ -220,6 +229,7 @@ class SshTransport(Transport):
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(max(1, round(self.keepalive)))  # keeps NAT/firewall state alive
+        log.debug("%s: %sauthenticated as %s by public key", self.label, prefix, transport.get_username())
         return client
 
     # --- commands ----------------------------------------------------------------------------------
@@ -231,6 +241,7 @@ class SshTransport(Transport):
             raise self.error("not connected: call connect() first")
         if not transport.is_active():
             reason = transport.get_exception()
+            log.warning("%s: the SSH connection was lost%s", self.label, f" ({reason})" if reason else "")
             raise self.error("the SSH connection was lost" + (f" ({reason})" if reason else ""))
         return transport
 
@@ -293,6 +304,8 @@ class SshTransport(Transport):
 
     def _disconnect(self) -> None:
         with self._lock:
+            if self._clients:
+                log.info("%s: SSH connection closed", self.label)
             for client in reversed(self._clients):  # the target, then the hops it tunnels through
                 client.close()
             self._clients.clear()

@@ -1,17 +1,27 @@
-"""What ``san-hil lab`` prints while it works: ``Progress``, one timed line per step."""
+"""What ``san-hil lab`` reports while it works: ``Progress``, one record per step on this module's logger.
+
+The records go through :mod:`logging` (logger ``hil.tools.lab.progress``), so pytest's ``log_cli`` and
+``--log-file`` show a lab booted from a test; ``san-hil`` shows them on stderr with the seconds since it
+started (its handler, :mod:`hil.tools.console`). Library code adds no handler of its own.
+"""
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
 from typing import TextIO
 
 __all__ = ["Progress"]
 
+log = logging.getLogger(__name__)
+
 
 class Progress:
-    """One line per step: ``[  41.2s] lab1: ready marker (lab NIC enp0s3)``; safe from several threads."""
+    """One record per step: ``lab1: ready marker (lab NIC enp0s3)``; safe from several threads.
+
+    ``out``: also print each step there, as ``[  41.2s] lab1: ...`` (a caller that wants the lines itself).
+    """
 
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out
@@ -22,5 +32,7 @@ class Progress:
         return time.monotonic() - self.t0
 
     def __call__(self, who: str, message: str) -> None:
-        with self._lock:
-            print(f"[{self.elapsed():6.1f}s] {who}: {message}", file=self.out or sys.stdout, flush=True)
+        log.info("%s: %s", who, message)
+        if self.out is not None:
+            with self._lock:
+                print(f"[{self.elapsed():6.1f}s] {who}: {message}", file=self.out, flush=True)

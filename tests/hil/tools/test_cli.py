@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -129,3 +130,20 @@ def test_every_command_survives_an_ascii_locale(tmp_path: Path) -> None:
         result = _san_hil(*argv, env=env)
         assert (result.returncode, "Traceback" in result.stderr) == (status, False), (argv, result.stderr)
         assert said in result.stdout + result.stderr, (argv, result.stdout, result.stderr)
+
+
+# --- progress through logging: san-hil shows it on stderr ------------------------------------------------
+
+
+def test_progress_is_on_stderr_and_verbose_shows_debug_records(tmp_path: Path) -> None:
+    result = _san_hil("lab", "down", "--state-dir", str(tmp_path / "none"))
+    assert result.returncode == 0 and result.stdout == ""
+    assert re.fullmatch(rf"\[ +\d+\.\ds\] host: no lab in {re.escape(str(tmp_path))}/none \(no state\.json\): "
+                        r"nothing to stop\n", result.stderr), result.stderr
+    inventory = _two_local_hosts(tmp_path)
+    quiet = _san_hil("prepare", "--inventory", str(inventory), "--limit", "h1")
+    verbose = _san_hil("-v", "prepare", "--inventory", str(inventory), "--limit", "h1")
+    assert quiet.returncode == verbose.returncode == 0
+    assert quiet.stderr == "" and quiet.stdout.startswith("h1: ready")
+    assert re.search(r"^\[ +\d+\.\ds\] h1: running the host check: .*hostcheck\.py$", verbose.stderr, re.MULTILINE), \
+        verbose.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import logging
 import os
 import shlex
 import shutil
@@ -187,7 +188,7 @@ def test_state_round_trip(tmp_path: Path) -> None:
 
 def test_down_and_status_on_a_missing_lab(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lab", "down", "--state-dir", str(tmp_path / "none")]) == 0
-    assert f"no lab in {tmp_path / 'none'} (no state.json): nothing to stop" in capsys.readouterr().out
+    assert f"no lab in {tmp_path / 'none'} (no state.json): nothing to stop" in capsys.readouterr().err  # progress
     assert main(["lab", "status", "--state-dir", str(tmp_path / "none")]) == 1
     assert "no lab in" in capsys.readouterr().out
 
@@ -296,16 +297,17 @@ def test_a_lab_with_a_longer_path_is_not_ours(tmp_path: Path) -> None:
         stop_group(hub.pid)
 
 
-def test_down_leaves_a_reused_process_group_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_down_leaves_a_reused_process_group_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     ours, theirs = _other_lab(tmp_path)
     guest = _start([*_SLEEP, "--exec", shlex.join(["/bin/bash", str(theirs / "guest-init.sh"), "boot", "lab1"])])
     try:
         state = _state(ours)
         state.guests[0].pgid = guest.pid  # a stale state: the pid now leads the other lab's guest
         state.save()
-        assert down(ours) == 0
+        with caplog.at_level(logging.INFO, logger="hil.tools.lab.progress"):  # the lab's progress is logged
+            assert down(ours) == 0
         assert guest.poll() is None
-        assert f"process group {guest.pid} no longer runs this lab's processes; left alone" in capsys.readouterr().out
+        assert f"process group {guest.pid} no longer runs this lab's processes; left alone" in caplog.text
     finally:
         stop_group(guest.pid)
 
