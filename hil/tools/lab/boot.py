@@ -3,10 +3,10 @@
 ``up`` boots the guests in parallel, one thread each: start vng, wait for the guest's ready marker on its
 console, then SSH with a short back-off until the RDMA device's port (rxe0, or siw0 with ``--provider siw``)
 is ACTIVE. A guest that fails is stopped and booted once more (on TCG if it failed under KVM); a second
-failure tears the whole lab down and shows that guest's console. Whatever goes wrong (or Ctrl-C), ``up`` leaves nothing running behind it.
-Before the guests: siw.ko for a siw lab (built once per kernel, :mod:`hil.tools.lab.siw`), KVM or TCG (a
-probe guest decides, remembered until the host reboots), the lab's keys, the guests' init script and the
-Ethernet hub.
+failure tears the whole lab down and shows that guest's console. Whatever goes wrong (or Ctrl-C), ``up``
+leaves nothing running behind it. Before the guests: siw.ko for a siw lab (built once per kernel,
+:mod:`hil.tools.lab.siw`), KVM or TCG (a probe guest decides, remembered until the host reboots), the
+lab's keys, the guests' init script and the Ethernet hub.
 """
 
 from __future__ import annotations
