@@ -94,8 +94,9 @@ class _IniReader:
         for group, error in self.pending.items():
             if group not in self.declared:
                 raise error
-        for group in self.tree.children:  # as Ansible does: a group in no other group is in "all"
-            if group != "all" and not any(group in kids for kids in self.tree.children.values()):
+        nested = {kid for kids in self.tree.children.values() for kid in kids}
+        for group in list(self.tree.children):  # as Ansible does: a group in no other group is in "all"
+            if group != "all" and group not in nested:
                 self.tree.child("all", group)
         return self.tree
 
