@@ -191,15 +191,19 @@ class HilBackend:
             sock_a: RemoteSocket = agent_a.session.obj(ref_a, RemoteSocket, a)
             sock_b: RemoteSocket = agent_b.session.obj(ref_b, RemoteSocket, b)
         else:
-            # Across hosts the controller relays what each QP needs (QP number, PSN, GID).
-            ref_a, info_a = agent_a.call("socket_create", a)
-            sock_a = agent_a.session.obj(ref_a, RemoteSocket, a)
-            ref_b, info_b = agent_b.call("socket_create", b)
+            # Across hosts the controller relays where b listens (its device's address and a port); a connects
+            # through the RDMA connection manager, b's child accepting by itself: two round trips, no deadlock.
+            ref_b, where = agent_b.call("socket_listen", b)
             sock_b = agent_b.session.obj(ref_b, RemoteSocket, b)
-            agent_a.call("socket_connect", sock_a, info_b)
-            agent_b.call("socket_connect", sock_b, info_a)
+            try:
+                ref_a = agent_a.call("socket_connect", a, where)
+            except BaseException:
+                with contextlib.suppress(Exception):  # a failed connect leaves nothing behind
+                    b.node.provider.close_socket(sock_b)
+                raise
+            sock_a = agent_a.session.obj(ref_a, RemoteSocket, a)
         if agent_a is not agent_b:
-            # Verbs has no disconnect event without a connection manager: relay closes between hosts.
+            # CM tells a survivor its peer's close; the relay stays for a host that vanished (a no-op otherwise).
             sock_a.on_close = lambda: agent_b.session.void(agent_b.engine, "peer_closed", sock_b)
             sock_b.on_close = lambda: agent_a.session.void(agent_a.engine, "peer_closed", sock_a)
         return sock_a, sock_b

@@ -8,7 +8,7 @@ Standard library only, Python 3.9 compatible.
 from __future__ import annotations
 
 OBJECTS: dict[str, frozenset[str]] = {
-    "engine": frozenset({"hello", "connect_local", "socket_create", "socket_connect", "peer_closed", "leaks",
+    "engine": frozenset({"hello", "connect_local", "socket_listen", "socket_connect", "peer_closed", "leaks",
                          "reset", "faults"}),
     "node": frozenset({"spawn_process", "default_process"}),
     "process": frozenset({"alloc", "read", "write", "buffer_read", "buffer_write", "kill", "alive"}),
@@ -25,7 +25,7 @@ OBJECTS: dict[str, frozenset[str]] = {
 
 CHILD = frozenset((
     "hello", "alloc", "free", "read", "write",
-    "socket_create", "socket_connect", "socket_state", "socket_peer_closed",
+    "socket_listen", "socket_connect", "socket_state", "socket_peer_closed",
     "register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
     "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
     "getsockopt", "registrations",

@@ -37,10 +37,10 @@ class EmulatorEngine:
     def connect_local(self, a: EmulatedProcess, b: EmulatedProcess) -> list[EmulatedSocket]:
         return list(self.backend.connect_sockets(a, b))
 
-    def socket_create(self, process: Any) -> Any:
+    def socket_listen(self, process: Any, *where: Any) -> Any:
         raise ValueError("the emulator engine connects only processes of one agent: use san_loopback")
 
-    socket_connect = peer_closed = socket_create
+    socket_connect = peer_closed = socket_listen
 
     @staticmethod
     def socket_state(sock: EmulatedSocket) -> list[bool]:

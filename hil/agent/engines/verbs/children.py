@@ -57,12 +57,13 @@ class ChildProcess:
 
     _ids = itertools.count(1)
 
-    def __init__(self, device: str, port: int = 1, gid_index: int = 0, python: str | None = None,
+    def __init__(self, device: str, port: int = 1, address: str | None = None, python: str | None = None,
                  mw_mode: str = "auto", start_timeout: float = 120.0, env: dict[str, str] | None = None) -> None:
         self.python = python or sys.executable
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 -- lives as long as the child
-        cmd = [self.python, CHILD, "--device", device, "--port", str(port), "--gid-index", str(gid_index),
-               "--mw-mode", mw_mode]
+        cmd = [self.python, CHILD, "--device", device, "--port", str(port), "--mw-mode", mw_mode]
+        if address:
+            cmd += ["--address", address]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       env=env, close_fds=True)
         self._lines: queue.Queue[bytes | None] = queue.Queue()
@@ -156,12 +157,16 @@ class ChildProcess:
     def write(self, address: int, data: bytes) -> None:
         self.call("write", address=address, data=bytes(data))
 
-    def socket_create(self) -> tuple[int, dict[str, Any]]:
-        r = self.call("socket_create")
-        return r["socket"], r["info"]
+    def socket_listen(self) -> tuple[int, dict[str, Any]]:
+        """A listening socket and where its peer connects: (socket, {"address", "port"})."""
+        r = self.call("socket_listen")
+        return r["socket"], {"address": r["address"], "port": r["port"]}
 
-    def socket_connect(self, socket: int, peer_info: Mapping[str, object]) -> None:
-        self.call("socket_connect", socket=socket, peer=peer_info)
+    def socket_connect(self, peer: Mapping[str, object]) -> int:
+        """A socket connected to the listener at ``peer`` (the listening child accepts by itself)."""
+        r = self.call("socket_connect", peer=peer)
+        socket: int = r["socket"]
+        return socket
 
     def op_wait(self, op_id: int, timeout: float | None = 10.0) -> dict[str, Any]:
         """{"status", "bytes", "wc_status"} of a completed operation; TimeoutError after ``timeout``."""

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from hil.agent.engines.verbs import enums as e
-from hil.agent.engines.verbs.state import INTERNAL, Operation, ProcessState, Socket
+from hil.agent.engines.verbs.state import FENCED, INTERNAL, Operation, ProcessState, Socket
 from pytest_san.contract import (
     SanError,
     Status,
@@ -26,7 +26,8 @@ class CompletionsMixin(ProcessState):
     """Completions: the CQ poll, operation results and waits, engine work requests, flushes."""
 
     def _poll(self) -> int:
-        """Take every completion the CQ holds; returns how many."""
+        """Take every completion the CQ holds (and the connection manager's events); returns how many."""
+        self._pump()
         total = 0
         while True:
             n, wcs = self.cq.poll(32)
@@ -45,21 +46,33 @@ class CompletionsMixin(ProcessState):
                     if wc_status != e.IBV_WC_SUCCESS and sock.state == "connected":
                         sock.state = "error"
             return
+        if wr_id & FENCED:  # the write of a fenced write failed by itself; its fence completes (flushed) after it
+            op = self._ops.get(wr_id & ~FENCED)
+            if op is not None and op.status is None and op.fence_error is None:
+                op.wc_status = wc_status
+                op.fence_error = self._error_status(op.sock, wc_status)
+            return
         op = self._ops.get(wr_id)
         if op is None or op.status is not None:
             return
         if op.burst is not None:
             self._on_burst_completion(op, wc_status)
             return
+        if op.fence_error is not None:
+            self._finish(op, op.fence_error, 0)
+            return
         op.wc_status = wc_status
         if wc_status == e.IBV_WC_SUCCESS:
             self._finish(op, Status.SUCCESS.value, byte_len if op.kind == "recv" else op.nbytes)
             return
-        self._finish(op, self._error_status(op.sock, wc_status), 0)
+        self._finish(op, (self._fence_status if self._fences(op) else self._error_status)(op.sock, wc_status), 0)
 
-    @staticmethod
-    def _error_status(sock: Socket, wc_status: int) -> int:
+    def _error_status(self, sock: Socket, wc_status: int) -> int:
         """The contract's status for an error completion; the socket goes to error, as its QP has."""
+        if wc_status == e.IBV_WC_WR_FLUSH_ERR and sock.state == "connected" and self.iwarp:
+            # Nothing of ours moved the QP to ERR: the kernel did as the connection ended (iWARP: the peer
+            # closed, died or refused a transfer). CM's DISCONNECTED may come after the flush.
+            sock.flush_status = Status.CONNECTION_RESET.value
         if sock.state == "connected":
             sock.state = "error"  # every error completion leaves the QP in ERR
         return sock.flush_status if wc_status == e.IBV_WC_WR_FLUSH_ERR else Status.from_verbs(wc_status).value
@@ -69,10 +82,13 @@ class CompletionsMixin(ProcessState):
         assert burst is not None
         burst.in_flight -= 1
         if wc_status == e.IBV_WC_SUCCESS:
-            burst.ok_bytes += op.nbytes
+            if not burst.fenced:  # a fence (iWARP, after the last write) moves no byte
+                burst.ok_bytes += op.nbytes
         elif burst.error is None:
             op.wc_status = wc_status
-            burst.error = self._error_status(op.sock, wc_status)
+            burst.error = (self._fence_status if burst.fenced else self._error_status)(op.sock, wc_status)
+            if burst.fenced:
+                burst.ok_bytes = 0  # the responder refused a write: what it placed before is not known
         self._refill(op)
 
     def _finish(self, op: Operation, status: int, nbytes: int) -> None:

@@ -2,16 +2,24 @@
 
 ``select_device(name, port=None)`` -> (device, port): the named device or the first with an ACTIVE
 port (that port, when ``port`` is given);
-``select_gid_index`` -> the given index or the first RoCE v2 IPv4-mapped GID. With no device at
-all this raises ``NoRdmaDevice`` with a plain reason (pyverbs' ``get_device_list()`` raises rather
-than returning [] then). ``pyverbs_python`` finds an interpreter that can import pyverbs.
+``device_address`` -> the IP address the connection manager binds to: the IPv4 address of the
+device's netdev (san_netdev, else the netdev sysfs or ``rdma link`` names for the device);
+``select_gid_index`` -> the given index or the first RoCE v2 IPv4-mapped GID (CM picks the GID of a
+connection itself: only tools such as ib_write_bw still want one). With no device at all this raises
+``NoRdmaDevice`` with a plain reason (pyverbs' ``get_device_list()`` raises rather than returning []
+then). ``pyverbs_python`` finds an interpreter that can import pyverbs.
 
 Standard library only at import time (pyverbs is imported lazily, where present); Python 3.9+.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -122,6 +130,57 @@ def select_gid_index(device: str, port: int, given: int | None = None, sysfs: st
             if wanted(gid, kind):
                 return index
     return 0
+
+
+def device_netdevs(device: str, port: int, sysfs: str = SYSFS) -> list[str]:
+    """The netdev under a port's first GID (RoCE: gid_attrs/ndevs), the device's ``parent`` (rxe, siw),
+    else what ``rdma link`` says; first found first, no duplicates."""
+    found: list[str] = []
+    ndevs = os.path.join(sysfs, device, "ports", str(port), "gid_attrs", "ndevs")
+    if os.path.isdir(ndevs):
+        for name in sorted(os.listdir(ndevs), key=lambda n: int(n) if n.isdigit() else -1):
+            try:
+                found.append(_read(os.path.join(ndevs, name)))
+            except OSError:  # an unset entry reads as EINVAL
+                continue
+            break  # one is enough: a port's GIDs share its netdev (and rxe's table has 1024 entries)
+    with contextlib.suppress(OSError):
+        found.append(_read(os.path.join(sysfs, device, "parent")))
+    if not found:
+        try:
+            done = subprocess.run(["rdma", "-j", "link", "show"], capture_output=True, timeout=20)
+            links = json.loads(done.stdout or b"[]")
+        except (OSError, subprocess.SubprocessError, ValueError):
+            links = []
+        found += [str(link["netdev"]) for link in links if isinstance(link, dict)
+                  and link.get("ifname") == device and link.get("port", port) == port and link.get("netdev")]
+    return [n for i, n in enumerate(found) if n and n not in found[:i]]
+
+
+def ipv4_address(netdev: str) -> str | None:
+    """The netdev's (primary) IPv4 address, or None."""
+    request = struct.pack("256s", netdev.encode()[:15])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            answer = fcntl.ioctl(s.fileno(), 0x8915, request)  # SIOCGIFADDR
+        except OSError:
+            return None
+    return socket.inet_ntoa(answer[20:24])
+
+
+def device_address(device: str, port: int, netdev: str | None = None, sysfs: str = SYSFS) -> tuple[str, str]:
+    """(netdev, IPv4 address) the connection manager binds to for this device and port: ``netdev``
+    (san_netdev) when given, else the device's own netdev; NoRdmaDevice naming what was looked at."""
+    candidates = [netdev] if netdev else device_netdevs(device, port, sysfs)
+    for name in candidates:
+        address = ipv4_address(name)
+        if address:
+            return name, address
+    if not candidates:
+        raise NoRdmaDevice(f"no netdev found for {device} port {port} (sysfs gid_attrs/ndevs, parent, "
+                           f"rdma link): set san_netdev")
+    raise NoRdmaDevice(f"no IPv4 address on {', '.join(candidates)} (the netdev of {device} port {port}): "
+                       "the RDMA connection manager needs one")
 
 
 def pyverbs_python(candidates: Iterable[str] = ()) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hil.agent.engines.verbs.children import ChildProcess
-from hil.agent.engines.verbs.devices import select_device, select_gid_index
+from hil.agent.engines.verbs.devices import device_address, select_device
 from hil.agent.engines.verbs.proxy import PinnedProxy, host_capabilities
 from pytest_san.contract import (
     SanError,
@@ -36,7 +36,7 @@ class VerbsBuffer:
 class VerbsProcess:
     def __init__(self, engine: VerbsEngine) -> None:
         self.engine = engine
-        self.child = ChildProcess(engine.device, engine.port, engine.gid_index)
+        self.child = ChildProcess(engine.device, engine.port, engine.address)
         self.pid = self.child.pid
         self.sockets: list[VerbsSocket] = []
         self.allocated = 0  # bytes of buffers handed out (they live as long as the process)
@@ -250,10 +250,12 @@ class VerbsEngine:
 
     def __init__(self, host: str, device: str | None = None, gid_index: int | None = None,
                  netdev: str | None = None, port: int | None = None) -> None:
+        """``gid_index`` (san_gid_index) is accepted and not used: the connection manager picks each
+        connection's GID. ``netdev`` (san_netdev) names the netdev whose address CM binds to, when the
+        device's own cannot be found."""
         self.host = host
         self.device, self.port = select_device(device, port=port)
-        self.gid_index = select_gid_index(self.device, self.port, gid_index)
-        self.netdev = netdev
+        self.netdev, self.address = device_address(self.device, self.port, netdev)
         self.processes: list[VerbsProcess] = []
         self.node = VerbsNode(self, host)
         self.provider = VerbsProvider(self)
@@ -273,36 +275,45 @@ class VerbsEngine:
         caps = set(host_capabilities(self.proxy.pinned, self.default_process.child.hello)) | {"process_kill"}
         return {"engine": self.name, "capabilities": sorted(caps),
                 "nodes": [{"name": self.host, "node": self.node, "provider": self.provider, "proxy": self.proxy}],
-                "device": self.device, "port": self.port, "gid_index": self.gid_index}
+                "device": self.device, "port": self.port, "address": self.address, "netdev": self.netdev}
 
     # -- connections -------------------------------------------------------------------------------
 
-    def socket_create(self, process: VerbsProcess) -> list[Any]:
-        sid, info = process.child.socket_create()
+    def socket_listen(self, process: VerbsProcess) -> list[Any]:
+        """[a socket of ``process`` listening for its peer, {"address", "port"} for the peer's
+        ``socket_connect``]: the child accepts the connect request by itself."""
+        sid, where = process.child.socket_listen()
         sock = VerbsSocket(process, sid)
         process.sockets.append(sock)
-        return [sock, info]
+        return [sock, where]
 
-    def socket_connect(self, socket: VerbsSocket, peer_info: dict[str, Any]) -> None:
-        socket.process.child.socket_connect(socket.sid, peer_info)
+    def socket_connect(self, process: VerbsProcess, where: dict[str, Any]) -> VerbsSocket:
+        """A socket of ``process`` connected to the listener at ``where``, once the connection is up."""
+        sock = VerbsSocket(process, process.child.socket_connect(where))
+        process.sockets.append(sock)
+        return sock
 
     def connect_local(self, a: VerbsProcess, b: VerbsProcess) -> list[VerbsSocket]:
-        sa, info_a = self.socket_create(a)
-        sb, info_b = self.socket_create(b)
-        self.socket_connect(sa, info_b)
-        self.socket_connect(sb, info_a)
+        sb, where = self.socket_listen(b)
+        try:
+            sa = self.socket_connect(a, where)
+        except BaseException:
+            self.provider.close_socket(sb)
+            raise
         sa.peer, sb.peer = sb, sa
         return [sa, sb]
 
     socket_state = staticmethod(_socket_state)
 
     def peer_closed(self, socket: VerbsSocket) -> None:
-        """The controller relays that the other end (on another host) closed or died."""
+        """The controller relays that the other end (on another host) closed or died: CM's DISCONNECTED
+        tells the child too, this is the fallback for a host that vanished (and a no-op after it)."""
         if not socket.closed and socket.process.alive:
             socket.process.child.call("socket_peer_closed", socket=socket.sid)
 
     def relay_closed(self, socket: VerbsSocket) -> None:
-        # Verbs has no disconnect event without a connection manager: tell the surviving end.
+        # CM's DISCONNECTED reaches the surviving end too, but only once it looks: told now, its state
+        # is the peer's close at once.
         if socket.peer is not None:
             self.peer_closed(socket.peer)
 

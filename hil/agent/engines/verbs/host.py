@@ -1,7 +1,8 @@
 """The host side of the verbs engine (runs in the agent's main process on a lab host).
 
 * device selection: ``select_device(name)`` -> (device, port) -- the named device or the first with
-  an ACTIVE port; ``select_gid_index`` -> the given index or the first RoCE v2 IPv4-mapped GID.
+  an ACTIVE port; ``device_address`` -> (netdev, IPv4 address) the connection manager binds to;
+  ``select_gid_index`` -> the given index or the first RoCE v2 IPv4-mapped GID.
   With no device at all this raises ``NoRdmaDevice`` with a plain reason (pyverbs'
   ``get_device_list()`` raises rather than returning [] then);
 * ``ChildProcess``: one modelled process = one child OS process running ``child.py`` (its own
@@ -25,6 +26,8 @@ from hil.agent.engines.verbs.children import CHILD, ChildFailure, ChildGone, Chi
 from hil.agent.engines.verbs.devices import (
     SYSFS,
     NoRdmaDevice,
+    device_address,
+    device_netdevs,
     gid_table,
     list_devices,
     port_states,
@@ -46,6 +49,8 @@ __all__ = [
     "HostDmaAdapter",
     "NoRdmaDevice",
     "PinnedProxy",
+    "device_address",
+    "device_netdevs",
     "gid_table",
     "host_capabilities",
     "list_devices",

@@ -1,7 +1,7 @@
 """A process's buffers: anonymous mmap'd memory at real virtual addresses, each followed by a guard page.
 
 ``alloc``/``free``/``read``/``write`` of ``VerbsProcess``, the lookup of the buffer holding a range,
-and the one registered page that stands in for an empty scatter list. Standard library + pyverbs,
+and the one page that stands in for an empty scatter list (registered in each socket's PD). Standard library + pyverbs,
 Python 3.9 compatible.
 """
 
@@ -10,12 +10,14 @@ from __future__ import annotations
 import bisect
 import ctypes
 import os
+from typing import Any
 
 from pyverbs.mr import MR  # type: ignore[import-not-found]
+from pyverbs.wr import SGE  # type: ignore[import-not-found]
 
 from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.libc import PROT_NONE, libc, map_anonymous
-from hil.agent.engines.verbs.state import Mapping, ProcessState
+from hil.agent.engines.verbs.state import Mapping, ProcessState, Socket
 from pytest_san.contract import (
     PAGE_SIZE,
     SanError,
@@ -84,8 +86,10 @@ class MemoryMixin(ProcessState):
                            f"a buffer of pid {self.pid}")
         ctypes.memmove(address, data, len(data))
 
-    def _null_address(self) -> int:
-        if self._null_mr is None:
+    def _null_sge(self, sock: Socket) -> Any:
+        """A zero-length SGE on the null page, registered in the socket's PD (its QP takes no other)."""
+        if not self._null_buf:
             self._null_buf = self.alloc(PAGE_SIZE)["address"]
-            self._null_mr = MR(self.pd, PAGE_SIZE, e.IBV_ACCESS_LOCAL_WRITE, address=self._null_buf)
-        return self._null_buf
+        if sock.null_mr is None:
+            sock.null_mr = MR(sock.pd, PAGE_SIZE, e.IBV_ACCESS_LOCAL_WRITE, address=self._null_buf)
+        return SGE(self._null_buf, 0, sock.null_mr.lkey)

@@ -15,7 +15,7 @@ from typing import Any
 from pyverbs.wr import SGE, RecvWR, SendWR  # type: ignore[import-not-found]
 
 from hil.agent.engines.verbs import enums as e
-from hil.agent.engines.verbs.state import U64, Burst, Operation, ProcessState, Socket
+from hil.agent.engines.verbs.state import FENCED, U64, Burst, Operation, ProcessState, Socket
 from pytest_san.contract import (
     DESCRIPTOR,
     DESCRIPTOR_SIZE,
@@ -96,12 +96,13 @@ class OperationsMixin(ProcessState):
             total += length
         op.nbytes = total
         if not sges:
-            sges.append(SGE(self._null_address(), 0, self._null_mr.lkey))
+            sges.append(self._null_sge(sock))
         return sges
 
     def _known_elsewhere(self, sock: Socket, handle: int) -> bool:
-        """An lkey of this PD that is not the socket's own: the NIC would take it, so the provider refuses."""
-        if self._null_mr is not None and handle == self._null_mr.lkey:
+        """An lkey of this process that is not one of the socket's handles: refused here (another socket's
+        lies in another PD and would fail on the NIC too; the socket's null page would pass)."""
+        if any(s.null_mr is not None and handle == s.null_mr.lkey for s in self._sockets.values()):
             return True
         return any(handle in other.handles for other in self._sockets.values() if other is not sock)
 
@@ -158,6 +159,10 @@ class OperationsMixin(ProcessState):
                 if type(value) is not int or value < 1:
                     raise SanError(WsaError.WSAEINVAL, f"a burst's {name} is an integer >= 1, got {value!r}")
         sock = self._post_checks(socket, buffers, kind)
+        if kind == "rdma_read" and len(buffers) > self.max_sge_rd:
+            # The device scatters a read into at most max_sge_rd entries (siw: 1): too many buffers for it.
+            raise SanError(WsaError.WSAEINVAL, f"{len(buffers)} buffers for an RDMA read, the device reads into "
+                           f"at most {self.max_sge_rd}")
         if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
             raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
         if not is_int(offset):
@@ -185,11 +190,18 @@ class OperationsMixin(ProcessState):
         wr = SendWR(wr_id=op.id, opcode=opcode, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
         # The responder's NIC checks the window: its QP (R2), validity (R3), access (R6/R7), bounds (R8).
         wr.set_wr_rdma(rkey, (address + offset) & U64)
+        if burst is None and self._fences(op):
+            # Unsignaled (an error still completes, FENCED in its wr_id): the fence read behind it completes op.
+            wr = SendWR(wr_id=op.id | FENCED, opcode=opcode, num_sge=len(sges), sg=sges, send_flags=0)
+            wr.set_wr_rdma(rkey, (address + offset) & U64)
+            self._post_send_wr(op, wr)
+            return self._post_send_wr(op, self._fence_wr(op, rkey, (address + offset) & U64))
         if burst is None:
             return self._post_send_wr(op, wr)
         count, depth = burst
         # The send queue's free room bounds what is in flight (_post_checks left at least one slot).
-        op.burst = Burst(wr, count, min(depth, count, QUEUE_DEPTH - self._send_queue_used(sock) + 1))
+        op.burst = Burst(wr, count, min(depth, count, QUEUE_DEPTH - self._send_queue_used(sock) + 1),
+                         (rkey, (address + offset) & U64))
         self._post_send_wr(op, wr)  # the first post's failure is the call's error
         op.burst.posted = op.burst.in_flight = 1
         self._refill(op)
@@ -211,7 +223,37 @@ class OperationsMixin(ProcessState):
         if burst.in_flight == 0 and burst.error is None and burst.posted < burst.count:
             burst.error = op.sock.flush_status  # the socket left "connected" between two completions
         if burst.in_flight == 0 and (burst.error is not None or burst.posted == burst.count):
+            if burst.error is None and not burst.fenced and self._fences(op):
+                burst.fenced = True  # every write completed where it was sent: the fence tells if they landed
+                try:
+                    op.sock.qp.post_send(self._fence_wr(op, *burst.target))
+                    burst.in_flight = 1
+                    return
+                except Exception:
+                    burst.error = op.sock.flush_status
             self._finish(op, Status.SUCCESS.value if burst.error is None else burst.error, burst.ok_bytes)
+
+    def _fences(self, op: Operation) -> bool:
+        """iWARP completes an RDMA write once it is sent, not once the responder placed it: a refused
+        write would complete SUCCESS. Its fence, a zero-length RDMA read behind it on the same QP, is
+        answered only after the writes before it were placed (the responder serves a stream in order; a
+        refusal ends the stream instead), so the write completes with its fence."""
+        return self.iwarp and op.kind == "rdma_write"
+
+    def _fence_wr(self, op: Operation, rkey: int, remote_addr: int) -> Any:
+        # A zero-length read checks no key (siw skips it), so a WRITE-only target does not fail its fence.
+        wr = SendWR(wr_id=op.id, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[self._null_sge(op.sock)],
+                    send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_rdma(rkey, remote_addr)
+        return wr
+
+    def _fence_status(self, sock: Socket, wc_status: int) -> int:
+        """A fence read that failed: its write was refused (the responder ended the connection: a flush while
+        this end still looked connected) or the connection went down for another reason."""
+        if wc_status == e.IBV_WC_WR_FLUSH_ERR and sock.state == "connected":
+            self._error_status(sock, wc_status)
+            return Status.ACCESS_VIOLATION.value
+        return self._error_status(sock, wc_status)
 
     def send(self, socket: int, buffers: Sequence[Sequence[int]]) -> int:
         sock = self._post_checks(socket, buffers, "send")

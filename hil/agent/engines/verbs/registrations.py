@@ -4,7 +4,8 @@
   the handle IS the MR's lkey;
 * register_rdma_memory: an MR with LOCAL_WRITE|MW_BIND and a type-2 memory window bound on the
   socket's QP (or, in ``mr`` mode, an MR with the remote rights); the descriptor packs
-  {address, length, window rkey};
+  {address, length, window rkey}. Every MR and window lies in the socket's own PD, so its rkey works
+  through that socket's QP only (the NIC checks the PD: R2 in either mode);
 * the same range registered again is the same registration, reference counted (R13);
 * deregistration: IBV_WR_LOCAL_INV on the window rkey, dealloc the MW, dereg the MR; verbs objects
   the device will not release yet are kept and retried (and reported by ``leaks``).
@@ -60,7 +61,7 @@ class RegistrationsMixin(ProcessState):
             return reg.key
         flags = 0 if access == Access.READ else e.IBV_ACCESS_LOCAL_WRITE
         try:
-            mr = MR(self.pd, length, flags, address=address)
+            mr = MR(sock.pd, length, flags, address=address)
         except Exception as exc:
             raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
         reg = Registration("memory", int(mr.lkey), address, length, access, mr, None)
@@ -92,17 +93,18 @@ class RegistrationsMixin(ProcessState):
         remote = (e.IBV_ACCESS_REMOTE_READ if access & Access.READ else 0) | \
                  (e.IBV_ACCESS_REMOTE_WRITE if access & Access.WRITE else 0)
         if self.mw_mode == "mr":
-            reg = self._register_rdma_mr(address, length, access, remote)
+            reg = self._register_rdma_mr(sock, address, length, access, remote)
         else:
             reg = self._register_rdma_window(sock, address, length, access, remote)
         sock.windows[reg.key] = reg
         sock.by_range[key] = reg
         return DESCRIPTOR.pack(reg.address, reg.length, reg.key)
 
-    def _register_rdma_mr(self, address: int, length: int, access: int, remote: int) -> Registration:
-        """Fallback without type-2 windows: the MR itself carries the remote rights (not per connection)."""
+    def _register_rdma_mr(self, sock: Socket, address: int, length: int, access: int, remote: int) -> Registration:
+        """Without type-2 windows: the MR itself carries the remote rights; being in the socket's PD, it is
+        reachable through the socket's QP only."""
         try:
-            mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | remote, address=address)
+            mr = MR(sock.pd, length, e.IBV_ACCESS_LOCAL_WRITE | remote, address=address)
         except Exception as exc:
             raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
         return Registration("rdma", int(mr.rkey), address, length, access, mr, None)
@@ -110,11 +112,11 @@ class RegistrationsMixin(ProcessState):
     def _register_rdma_window(self, sock: Socket, address: int, length: int, access: int,
                               remote: int) -> Registration:
         try:
-            mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND, address=address)
+            mr = MR(sock.pd, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND, address=address)
         except Exception as exc:
             raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
         try:
-            mw = MW(self.pd, e.IBV_MW_TYPE_2)
+            mw = MW(sock.pd, e.IBV_MW_TYPE_2)
         except Exception as exc:
             self._close_verbs(mr)
             raise SanError(WsaError.WSAENOBUFS, f"ibv_alloc_mw(TYPE_2) failed: {exc}") from None

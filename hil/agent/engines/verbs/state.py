@@ -1,7 +1,8 @@
 """What every part of a ``VerbsProcess`` shares: its records and its tables.
 
 * the records: ``Mapping`` (a buffer), ``Registration`` (a handle or an RDMA window), ``Operation``
-  (a pending operation) and its ``Burst``, ``Socket`` (an RC QP and the provider's tables for it);
+  (a pending operation) and its ``Burst``, ``Socket`` (its protection domain, RC QP, connection
+  manager ids and the provider's tables for it);
 * ``ProcessState``: the base of the parts of ``VerbsProcess`` (memory.py, sockets.py,
   registrations.py, operations.py, completions.py): the objects and tables ``VerbsProcess.__init__``
   sets up, and, for the type checker only, the calls one part makes into another.
@@ -21,6 +22,7 @@ from pytest_san.contract import (
 )
 
 INTERNAL = 1 << 62  # wr_id bit of the engine's own work requests (bind, local invalidate)
+FENCED = 1 << 61  # wr_id bit of an iWARP RDMA write whose outcome its fence read tells (operations.py)
 INTERNAL_SLOTS = 8  # send-queue room kept for them on top of QUEUE_DEPTH
 CQ_PER_SOCKET = 2 * QUEUE_DEPTH + INTERNAL_SLOTS
 U64 = (1 << 64) - 1
@@ -64,22 +66,25 @@ class Registration:
 class Burst:
     """The same RDMA work request posted ``count`` times, up to ``depth`` in flight (one Operation)."""
 
-    __slots__ = ("count", "depth", "error", "in_flight", "ok_bytes", "posted", "wr")
+    __slots__ = ("count", "depth", "error", "fenced", "in_flight", "ok_bytes", "posted", "target", "wr")
 
-    def __init__(self, wr: Any, count: int, depth: int) -> None:
+    def __init__(self, wr: Any, count: int, depth: int, target: tuple[int, int] = (0, 0)) -> None:
         self.wr = wr
+        self.target = target  # (rkey, remote address) of the work request
         self.count = count
         self.depth = depth
         self.posted = 0
         self.in_flight = 0
         self.ok_bytes = 0
         self.error: int | None = None  # the first failure's status: nothing more is posted
+        self.fenced = False  # iWARP: the fence read behind the last write is posted
 
 
 class Operation:
     """A pending operation; ``wr_id`` is its id (every work request of a burst carries it). Completes once."""
 
-    __slots__ = ("burst", "id", "kind", "nbytes", "nbytes_done", "regs", "sock", "status", "wc_status")
+    __slots__ = ("burst", "fence_error", "id", "kind", "nbytes", "nbytes_done", "regs", "sock", "status",
+                 "wc_status")
 
     def __init__(self, op_id: int, sock: Socket, kind: str) -> None:
         self.id = op_id
@@ -91,6 +96,7 @@ class Operation:
         self.nbytes_done = 0
         self.wc_status: int | None = None  # the raw ibv_wc_status; None when completed in software
         self.burst: Burst | None = None
+        self.fence_error: int | None = None  # a fenced write's own failure, reported when its fence completes
 
     @property
     def on_send_queue(self) -> bool:
@@ -102,14 +108,23 @@ class Operation:
 
 
 class Socket:
-    """A SAN socket: an RC QP plus the provider's tables for it."""
+    """A SAN socket: its own protection domain (an MR of it is reachable through this QP only: R2 even
+    without memory windows), an RC QP connected through the RDMA connection manager, and the provider's
+    tables for it."""
 
-    def __init__(self, sid: int, qp: Any, psn: int) -> None:
+    def __init__(self, sid: int, pd: Any, qp: Any) -> None:
         self.id = sid
+        self.pd = pd
         self.qp = qp
-        self.psn = psn
-        self.state = "created"  # created -> connected -> error | disconnected -> closed
-        self.peer: dict[str, Any] | None = None
+        # created -> listening (passive) | connecting (active) -> accepted (passive, until ESTABLISHED)
+        # -> connected -> error | disconnected -> closed
+        self.state = "created"
+        self.channel: Any = None  # this socket's CMEventChannel: its events are this socket's alone
+        self.fd = -1  # the channel's file descriptor (polled with the child's stdin)
+        self.listener: Any = None  # passive: the listening CMID, until it accepted one request
+        self.cmid: Any = None  # the CMID of the connection (active: its own; passive: the accepted one)
+        self.events: list[int] = []  # CM events a connect is waiting for, in arrival order
+        self.null_mr: Any = None  # one registered page of this PD for zero-length scatter lists
         self.handles: dict[int, Registration] = {}  # lkey -> register_memory registration
         self.windows: dict[int, Registration] = {}  # rkey -> register_rdma_memory registration
         self.by_range: dict[tuple[str, int, int, int], Registration] = {}  # reference counting (R13)
@@ -124,12 +139,13 @@ class ProcessState:
 
     device: str
     port: int
-    gid_index: int
-    ctx: Any  # pyverbs Context, PD, CQ and the port's GID
-    pd: Any
+    address: str  # the device's IP address: listeners bind to it, connections start from it
+    iwarp: bool  # the transport: iWARP moves a connected QP to RTS itself
+    ctx: Any  # pyverbs Context and CQ (each socket has its own PD)
     cq: Any
-    gid: Any
     max_sge: int
+    max_sge_rd: int  # scatter entries an RDMA read may have (siw: 1)
+    max_rd_atomic: int  # RDMA reads in flight per QP, each way (the device's limits, at most RD_ATOMIC)
     max_mr_size: int
     mw_mode: str  # "mw2" or "mr"
     device_has_mw2: bool
@@ -149,8 +165,8 @@ class ProcessState:
     _internal: dict[int, int]  # internal wr_id -> wc status, once completed
     _next_internal: int
     _zombies: list[Any]  # MRs/MWs whose release the device refused for now
-    _null_mr: Any  # one registered page for zero-length scatter lists
-    _null_buf: int
+    _null_buf: int  # one page for zero-length scatter lists (registered per socket)
+    _pumping: bool  # handling CM events (they are not handled again from inside)
     closed: bool
 
     if TYPE_CHECKING:  # the calls between parts; each is defined in the part named
@@ -160,14 +176,22 @@ class ProcessState:
         # memory.py
         def alloc(self, nbytes: int) -> dict[str, int]: ...
         def _mapping_of(self, address: int, length: int) -> Mapping | None: ...
-        def _null_address(self) -> int: ...
+        def _null_sge(self, sock: Socket) -> Any: ...
 
         # sockets.py
+        def _new_socket(self) -> Socket: ...
         def _socket(self, socket: Any) -> Socket: ...
         def _refresh(self, sock: Socket) -> None: ...
         def _connected(self, socket: Any) -> Socket: ...
         def _to_error(self, sock: Socket) -> None: ...
         def close_socket(self, socket: int) -> None: ...
+
+        def socket_peer_closed(self, socket: int, status: int = ...) -> None: ...
+        def _close_socket_verbs(self, sock: Socket) -> None: ...
+
+        # connections.py
+        def _pump(self, timeout: float = 0.0) -> int: ...
+        def _await_established(self, sock: Socket, timeout: float = ...) -> None: ...
 
         # registrations.py
         def _release(self, sock: Socket, reg: Registration, force: bool = False) -> None: ...
@@ -177,9 +201,12 @@ class ProcessState:
         # operations.py
         def _refill(self, op: Operation) -> None: ...
         def _send_queue_used(self, sock: Socket) -> int: ...
+        def _fences(self, op: Operation) -> bool: ...
+        def _fence_status(self, sock: Socket, wc_status: int) -> int: ...
 
         # completions.py
         def _poll(self) -> int: ...
+        def _error_status(self, sock: Socket, wc_status: int) -> int: ...
         def _finish(self, op: Operation, status: int, nbytes: int) -> None: ...
         def _internal_id(self) -> int: ...
         def _run_internal(self, sock: Socket, wr: Any, timeout: float = 20.0) -> int | None: ...
