@@ -13,10 +13,13 @@ import difflib
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-__all__ = ["PASS_ON", "chosen_parser", "refuse_renamed", "refuse_unknown", "split_passed_on"]
+__all__ = ["INVENTORY_HELP", "PASS_ON", "chosen_parser", "refuse_renamed", "refuse_unknown", "split_passed_on"]
 
 
 PASS_ON = "--"
+
+# The --inventory of prepare and nightly (hil.inventory.load_inventory reads either form).
+INVENTORY_HELP = "lab inventory: an Ansible inventory file, YAML or INI, with group_vars/ and host_vars/ beside it"
 
 
 def split_passed_on(argv: Sequence[str]) -> tuple[list[str], list[str]]:

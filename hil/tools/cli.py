@@ -7,7 +7,7 @@ import sys
 
 from hil.extras import missing_extra
 from hil.inventory import InventoryError, load_inventory
-from hil.tools.arguments import chosen_parser, refuse_renamed, refuse_unknown, split_passed_on
+from hil.tools.arguments import INVENTORY_HELP, chosen_parser, refuse_renamed, refuse_unknown, split_passed_on
 from hil.tools.console import log_to_stderr, safe_streams
 from pytest_san import __version__
 
@@ -17,7 +17,7 @@ HOSTS_RENAMED = "host names are selected with --limit NAMES; --hosts N is the nu
 
 
 def _hosts_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--inventory", required=True, help="lab inventory (Ansible-style YAML)")
+    parser.add_argument("--inventory", required=True, help=INVENTORY_HELP)
     parser.add_argument("--group", default="san", help="inventory group (default: san)")
     parser.add_argument("--limit", default=None, metavar="NAMES", help=LIMIT_HELP)
     refuse_renamed(parser, "--hosts", "--limit", HOSTS_RENAMED)

@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 from hil.controller.leases import DEFAULT_LEASE_TIMEOUT, now_iso
 from hil.inventory import load_inventory
+from hil.tools.arguments import INVENTORY_HELP
 from hil.tools.nightly_model import STEPS, TOTAL_SEQUENCES, ModelOptions, model_args, model_report, plugin_args
 from hil.tools.nightly_plan import HostSet, host_sets
 from hil.tools.nightly_results import merge_junit, render_summary, set_report
@@ -194,7 +195,7 @@ def add_nightly_command(commands: Any) -> None:
         usage="san-hil nightly --inventory PATH --out DIR [options] [--] [pytest args ...]",
         help="the suite, then the reference model, on every host (pair) of the inventory, in parallel; "
              "junit.xml, report.json, summary.md, bandwidth.png in --out (extra arguments go to pytest)")
-    p.add_argument("--inventory", required=True, type=Path, help="lab inventory (Ansible-style YAML)")
+    p.add_argument("--inventory", required=True, type=Path, help=INVENTORY_HELP)
     p.add_argument("--out", required=True, type=Path, help="directory for the results")
     p.add_argument("--group", default="san", help="inventory group (default: san)")
     p.add_argument("--limit", dest="hosts", default=None, metavar="NAMES", help="comma-separated host names to use")

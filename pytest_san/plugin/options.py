@@ -40,8 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
     # Lab hosts (--san-backend=hil).
     group.addoption("--san-inventory", metavar="PATH", default=None,
-                    help="lab inventory (Ansible-style YAML) for --san-backend=hil (default: $SAN_INVENTORY, else ini "
-                         "san_inventory, relative to the rootdir)")
+                    help="lab inventory for --san-backend=hil: an Ansible inventory file, YAML or INI, with "
+                         "group_vars/ and host_vars/ beside it (default: $SAN_INVENTORY, else ini san_inventory, "
+                         "relative to the rootdir)")
     group.addoption("--san-group", metavar="GROUP", default=None,
                     help="inventory group whose hosts are used (default: san)")
     group.addoption("--san-hosts", metavar="HOSTS", default=None,
@@ -60,7 +61,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="RDMA port number on every selected host (overrides san_port; default: the first ACTIVE)")
     group.addoption("--san-gid-index", metavar="N", type=int, default=None,
                     help="GID table index on every selected host (overrides san_gid_index)")
-    parser.addini("san_inventory", "lab inventory for --san-backend=hil", default=None)
+    parser.addini("san_inventory", "lab inventory (Ansible YAML or INI) for --san-backend=hil", default=None)
     parser.addini("san_group", "inventory group used by --san-backend=hil", default="san")
     parser.addini("san_lease_timeout", "default for --san-lease-timeout (seconds)", default="")
     parser.addini("san_hosts_per_worker", "default for --san-hosts-per-worker", default="auto")

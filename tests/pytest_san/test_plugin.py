@@ -98,6 +98,10 @@ def test_help_shows_the_san_group(pytester: pytest.Pytester) -> None:
         "*--san-report=PATH*",
         "*san_backend (string):*",
     ])
+    said = " ".join(result.stdout.str().split())  # argparse wraps the help texts
+    assert "an Ansible inventory file, YAML or INI, with group_vars/ and host_vars/ beside it" in said
+    assert "lab inventory (Ansible YAML or INI) for --san-backend=hil" in said
+    assert "Ansible-style YAML" not in said
 
 
 def test_default_backend_is_the_emulator(pytester: pytest.Pytester) -> None:

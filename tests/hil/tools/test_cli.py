@@ -35,6 +35,18 @@ def test_version_is_the_packages() -> None:
     assert pytest_san.__version__ == version("pytest-san")
 
 
+# --- --inventory: YAML or INI ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["prepare", "nightly"])
+def test_inventory_help_names_both_forms(command: str) -> None:
+    result = _san_hil(command, "--help")
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stdout.split())  # argparse wraps the help texts
+    assert "lab inventory: an Ansible inventory file, YAML or INI, with group_vars/ and host_vars/ beside it" in said
+    assert "Ansible-style" not in said
+
+
 # --- --hosts is a count (lab up/run); host names are --limit -------------------------------------------
 
 
