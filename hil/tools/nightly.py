@@ -192,9 +192,9 @@ def add_nightly_command(commands: Any) -> None:
     """``san-hil nightly`` on ``san-hil``'s subparsers."""
     p = commands.add_parser(
         "nightly", allow_abbrev=False,
-        usage="san-hil nightly --inventory PATH --out DIR [options] [--] [pytest args ...]",
+        usage="san-hil nightly --inventory PATH --out DIR [options] [-- pytest args ...]",
         help="the suite, then the reference model, on every host (pair) of the inventory, in parallel; "
-             "junit.xml, report.json, summary.md, bandwidth.png in --out (extra arguments go to pytest)")
+             "junit.xml, report.json, summary.md, bandwidth.png in --out (pytest's arguments after --)")
     p.add_argument("--inventory", required=True, type=Path, help=INVENTORY_HELP)
     p.add_argument("--out", required=True, type=Path, help="directory for the results")
     p.add_argument("--group", default="san", help="inventory group (default: san)")

@@ -107,12 +107,23 @@ def test_a_typo_in_lab_run_boots_nothing(tmp_path: Path) -> None:
     (["prepare", "--inventory", "x.yaml", "--", "-v"], "prepare: error: takes no arguments after --: -v"),
     (["nightly", "--inventory", "x.yaml", "--out", "o", "--job", "2"],
      "nightly: error: unrecognized arguments: --job 2 (did you mean --jobs?)"),
+    (["nightly", "--inventory", "x.yaml", "--out", "o", "-x", "-k", "rdma"],
+     "nightly: error: unrecognized arguments: -x -k rdma; pytest's arguments go after --: san-hil nightly [options] "
+     "-- [pytest args]"),
 ])
 def test_unknown_options_are_refused_with_a_suggestion(tmp_path: Path, argv: list[str], said: str) -> None:
     result = _san_hil(*argv, cwd=tmp_path)
     assert result.returncode == 2
     assert said in result.stderr
     assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_nightly_usage_puts_pytest_args_after_a_required_dashdash() -> None:
+    result = _san_hil("nightly", "--help")
+    assert result.returncode == 0, result.stderr
+    usage = result.stdout.split("\n\n")[0]
+    assert usage == "usage: san-hil nightly --inventory PATH --out DIR [options] [-- pytest args ...]"
+    assert "(pytest's arguments after --)" in " ".join(_san_hil("--help").stdout.split())
 
 
 # --- an ASCII locale ----------------------------------------------------------------------------------
