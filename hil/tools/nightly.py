@@ -15,12 +15,18 @@ their pytest), :mod:`hil.tools.nightly_results` (junit.xml, report.json entries,
 measurement and the command that ties them together. Every file is written as UTF-8 (or ASCII), and
 every terminal line survives an ASCII locale (issue 12: a check mark once crashed nightly before it
 wrote its results).
+
+Progress (each run started and finished, the model's verdict, the files written) is logged as INFO records
+of this module's logger, ``hil.tools.nightly``, so pytest's ``log_cli`` and ``--log-file`` or any handler
+see it; ``san-hil`` shows them on stderr through the handler its entry point adds (:mod:`hil.tools.console`,
+on streams that escape what the locale cannot show). Its lines are ASCII in any case ("ok"/"FAILED").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +42,14 @@ from hil.tools.nightly_plan import HostSet, host_sets
 from hil.tools.nightly_results import merge_junit, render_summary, set_report
 from hil.tools.nightly_runs import SetRun, pytest_argv, run_sets
 from pytest_san.report import RULE_IDS
+
+log = logging.getLogger(__name__)
+
+
+def _progress(line: str) -> None:
+    """One progress line, as a record of nightly's logger (the handler decides where it shows)."""
+    log.info("%s", line)
+
 
 # --- the terminal ----------------------------------------------------------------------------------------
 
@@ -103,10 +117,10 @@ class NightlyOptions:
     model: ModelOptions | None = dataclasses.field(default_factory=ModelOptions)  # None: --no-model
 
 
-def nightly(opts: NightlyOptions, say: Callable[[str], None] | None = None) -> int:
+def nightly(opts: NightlyOptions) -> int:
     """Run it all and write the four files; 0 only when every set passed, the model found no divergence
-    and every measurement worked."""
-    say = say or print_safely
+    and every measurement worked. Progress: records of ``hil.tools.nightly``."""
+    say = _progress
     inventory = opts.inventory.resolve()
     hosts = load_inventory(inventory).select(opts.group, opts.hosts)
     sets = host_sets(hosts)

@@ -143,7 +143,7 @@ def _nightly(tmp_path: Path, hosts: list[HostConfig], capsys: pytest.CaptureFixt
     # The suite only: the model in nightly has its own tests (test_nightly_model.py).
     status = main(["nightly", "--inventory", str(inv), "--out", str(out), "--no-model", "--", "-p", "no:cacheprovider",
                    *pytest_args])
-    return status, out, capsys.readouterr().out
+    return status, out, capsys.readouterr().err  # progress: san-hil's log handler, on stderr
 
 
 def test_nightly_on_two_emulator_hosts(tmp_path: Path, hosts: list[HostConfig], capsys: pytest.CaptureFixture[str],

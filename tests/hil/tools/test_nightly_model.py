@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -96,7 +98,7 @@ def test_nightly_runs_the_model_on_each_host_set_and_reports_it(
     status = main(["nightly", "--inventory", str(_inventory(tmp_path)), "--out", str(out),
                    "--model-sequences", "5", "--model-steps", "10", "--model-seed", "5",
                    "--", "-p", "no:cacheprovider", "-k", SUITE_TEST])
-    said = capsys.readouterr().out
+    said = capsys.readouterr().err  # progress: san-hil's log handler, on stderr
     assert status == 0, said + "".join(p.read_text() for p in out.glob("hosts/**/pytest.log"))
 
     report = json.loads((out / "report.json").read_text())
@@ -133,16 +135,29 @@ def test_nightly_runs_the_model_on_each_host_set_and_reports_it(
     assert "nightly: model: passed: 6 sequences, 60 steps, 0 divergence(s)" in said
 
 
-def test_without_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_without_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
                            monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")):
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
+    caplog.set_level(logging.INFO, logger="hil.tools.nightly")
     out = tmp_path / "nightly"
     status = main(["nightly", "--inventory", str(_inventory(tmp_path)), "--out", str(out), "--no-model",
                    "--", "-p", "no:cacheprovider", "-k", SUITE_TEST])
-    assert status == 0, capsys.readouterr().out
+    said = capsys.readouterr()
+    assert status == 0, said.err
+    # Nightly's progress is records of its logger (so log_cli, --log-file or any handler see it); the
+    # terminal lines are what san-hil's handler made of them, on stderr, and stdout stays empty.
+    progress = [r.getMessage() for r in caplog.records if r.name == "hil.tools.nightly"]
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "hil.tools.nightly")
+    assert progress[0].startswith("nightly: 2 host set(s) from ") and "no model (--no-model)" in progress[0]
+    for name in NAMES:
+        assert any(line.startswith(f"nightly: {name}: ok: 1 passed in ") for line in progress), progress
+    assert progress[-1].startswith("nightly: passed: wrote ")
+    shown = [re.sub(r"^\[ *\d+\.\ds\] ", "", line) for line in said.err.splitlines()]
+    assert [line for line in shown if line.startswith("nightly: ")] == progress
+    assert said.out == ""
     report = json.loads((out / "report.json").read_text())
     assert report["model"] is None and "--no-model" in report["model_note"]
     assert not list(out.glob("hosts/*/model"))
@@ -160,9 +175,10 @@ def test_a_planted_divergence_fails_nightly_and_reads_well_under_an_ascii_locale
          "--model-sequences", "2", "--model-seed", "1",  # one sequence on each set
          "--", "-p", "no:cacheprovider", "-p", "pytest_san.examples.broken_provider", "-k", SUITE_TEST],
         cwd=tmp_path, env=env, capture_output=True, timeout=600)
-    said = done.stdout.decode("ascii")  # nothing but ASCII on the terminal
-    assert done.returncode == 1, said + done.stderr.decode("ascii", "replace")
-    assert b"Traceback" not in done.stderr and done.stderr == b""
+    said = done.stderr.decode("ascii")  # nothing but ASCII on the terminal; progress is on stderr
+    assert done.returncode == 1, said
+    assert "Traceback" not in said and "Logging error" not in said and done.stdout == b""
+    said = "\n".join(re.sub(r"^\[ *\d+\.\ds\] ", "", line) for line in said.splitlines())  # the elapsed time
     for name in NAMES:  # the suite's one test passed ("ok" where a check mark crashed), the model did not
         assert f"nightly: {name}: ok: 1 passed" in said
         assert f"nightly: {name} model: FAILED (pytest exit 1): 1 sequences" in said
