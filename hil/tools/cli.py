@@ -14,6 +14,7 @@ from pytest_san import __version__
 # --hosts is a count of guests in `lab up`/`lab run` (SPEC 5.1); host names are --limit, as in Ansible.
 LIMIT_HELP = "comma-separated names of the group's hosts to use (default: all of them)"
 HOSTS_RENAMED = "host names are selected with --limit NAMES; --hosts N is the number of guests of `san-hil lab up`"
+VERBOSE_HELP = "also show agents starting and stopping, SSH connections and leases (hil's DEBUG records)"
 
 
 def _hosts_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +36,7 @@ def _prepare(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="san-hil", description="pytest-san hardware-in-the-loop tools")
     parser.add_argument("--version", action="version", version=f"san-hil {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="also show agents starting and stopping, SSH connections and leases (hil's DEBUG records)")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     prep = commands.add_parser("prepare", help="check each lab host (RDMA device, port, GID, netdev, "
                                                "memlock, pyverbs) and say what is missing")
@@ -52,7 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_nightly_command(commands)
     refuse_renamed(commands.choices["nightly"], "--hosts", "--limit", HOSTS_RENAMED)
+    _verbose_after_commands(parser)
     return parser
+
+
+def _verbose_after_commands(parser: argparse.ArgumentParser) -> None:
+    """``-v`` after a command too (``san-hil lab up -v``), not only before it. Its default is SUPPRESS: a
+    command given no ``-v`` leaves the value of a ``-v`` before it alone. (What follows ``lab ssh GUEST``
+    is the guest's command, ``-v`` included.)"""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                                     help=VERBOSE_HELP)
+                _verbose_after_commands(command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import pytest_san
+from hil.tools.cli import build_parser
 
 
 def _san_hil(*argv: str, env: dict[str, str] | None = None,
@@ -126,6 +127,23 @@ def test_nightly_usage_puts_pytest_args_after_a_required_dashdash() -> None:
     assert "(pytest's arguments after --)" in " ".join(_san_hil("--help").stdout.split())
 
 
+@pytest.mark.parametrize(("argv", "verbose", "guest_command"), [
+    (["prepare", "--inventory", "x.yaml"], False, None),
+    (["-v", "prepare", "--inventory", "x.yaml"], True, None),
+    (["prepare", "--inventory", "x.yaml", "-v"], True, None),
+    (["nightly", "--verbose", "--inventory", "x.yaml", "--out", "o"], True, None),
+    (["lab", "up", "-v"], True, None),
+    (["lab", "-v", "down"], True, None),
+    (["-v", "lab", "status"], True, None),
+    (["lab", "ssh", "lab1", "-v"], False, ["-v"]),  # after GUEST: the guest's command
+    (["lab", "ssh", "-v", "lab1", "ls", "-v"], True, ["ls", "-v"]),
+])
+def test_verbose_before_or_after_the_command(argv: list[str], verbose: bool, guest_command: list[str] | None) -> None:
+    args, unknown = build_parser().parse_known_args(argv)
+    assert (args.verbose, unknown) == (verbose, [])
+    assert getattr(args, "remote_command", None) == guest_command
+
+
 # --- an ASCII locale ----------------------------------------------------------------------------------
 
 HELP = [["--help"], ["prepare", "--help"], ["lab", "--help"], *(["lab", c, "--help"] for c in
@@ -166,7 +184,9 @@ def test_progress_is_on_stderr_and_verbose_shows_debug_records(tmp_path: Path) -
     inventory = _two_local_hosts(tmp_path)
     quiet = _san_hil("prepare", "--inventory", str(inventory), "--limit", "h1")
     verbose = _san_hil("-v", "prepare", "--inventory", str(inventory), "--limit", "h1")
-    assert quiet.returncode == verbose.returncode == 0
+    after = _san_hil("prepare", "--inventory", str(inventory), "--limit", "h1", "-v")  # -v after the command
+    assert quiet.returncode == verbose.returncode == after.returncode == 0
     assert quiet.stderr == "" and quiet.stdout.startswith("h1: ready")
-    assert re.search(r"^\[ +\d+\.\ds\] h1: running the host check: .*hostcheck\.py$", verbose.stderr, re.MULTILINE), \
-        verbose.stderr
+    for result in (verbose, after):
+        assert re.search(r"^\[ +\d+\.\ds\] h1: running the host check: .*hostcheck\.py$", result.stderr,
+                         re.MULTILINE), result.stderr
