@@ -85,7 +85,7 @@ class AgentClient:
             self.channel.close()
             self.dead = "could not start"
             failed = self.hello["failed"] if isinstance(self.hello["failed"], dict) else {}
-            error = start_failure(self.where, failed, self.channel.stderr_text(wait=1.0))
+            error = start_failure(self.where, failed, self.channel.stderr_text(wait=1.0), host.name)
             log.warning("%s", str(error).partition("\n")[0])
             raise error
         if "busy" in self.hello:

@@ -15,17 +15,25 @@ class AgentError(RuntimeError):
 
 class AgentStartError(AgentError):
     """The agent could not start its engine (no such device, GID index not set, no pyverbs, ...): the message
-    names the host and, on its first line, the agent's reason; then the agent's traceback."""
+    names the host and, on its first line, the agent's reason; then the agent's traceback. ``host``: the
+    host's inventory name (the plugin remembers the failure per host for the session)."""
+
+    def __init__(self, message: str, host: str = "") -> None:
+        super().__init__(message)
+        self.host = host
+
+    def __reduce__(self) -> tuple[type[AgentStartError], tuple[str, str]]:
+        return type(self), (str(self), self.host)
 
 
-def start_failure(where: str, failed: Mapping[str, object], trace: str) -> AgentStartError:
+def start_failure(where: str, failed: Mapping[str, object], trace: str, host: str = "") -> AgentStartError:
     """The error for an agent whose hello says ``failed`` (hil/agent/server.py): reason first, on one line."""
     options = failed.get("options")
     given = ", ".join(f"{k} {v!r}" for k, v in options.items()) if isinstance(options, Mapping) else ""
     engine = f"the {failed.get('engine', '?')} engine" + (f" ({given})" if given else "")
     text = f"{where}: the agent could not start: {engine}: {failed.get('kind', '?')}: {failed.get('message', '')}"
     lines = trace.strip().splitlines()[-20:]
-    return AgentStartError(text + ("\nthe agent's stderr:\n  " + "\n  ".join(lines) if lines else ""))
+    return AgentStartError(text + ("\nthe agent's stderr:\n  " + "\n  ".join(lines) if lines else ""), host)
 
 
 class HostBusy(AgentError):

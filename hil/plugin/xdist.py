@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from hil.controller.backend import HilBackend
+from hil.controller.errors import AgentStartError
 from hil.controller.leases import (
     DEFAULT_LEASE_TIMEOUT,
     LeasePolicy,
@@ -34,6 +35,9 @@ LEASES_KEY = pytest.StashKey[list[dict[str, Any]]]()
 RUN_KEY = pytest.StashKey[str]()
 FAILED_KEY = pytest.StashKey[str]()
 """Why leasing failed: the next test fails at once instead of waiting out the timeout again."""
+START_FAILED_KEY = pytest.StashKey[dict[str, AgentStartError]]()
+"""Per host: why its agent could not start. The next test fails at once, not after starting it again."""
+REMEMBERED = " [remembered: the agent's first start failed so; it is not started again this session]"
 WORKEROUTPUT_LEASES = "san_leases"
 
 
@@ -111,17 +115,30 @@ def leased_backend(config: pytest.Config, hosts: Sequence[HostConfig]) -> HilBac
     failed = config.stash.get(FAILED_KEY, None)
     if failed is not None:
         raise LeaseTimeout(failed)
+    start_failed = config.stash.setdefault(START_FAILED_KEY, {})
+    for host in hosts:
+        if host.name in start_failed:
+            raise remembered(start_failed[host.name])
     policy = lease_policy(config, hosts)
     try:
         backend = HilBackend(hosts, leases=policy, wrap=wrappers(config))
     except LeaseTimeout as exc:
         config.stash[FAILED_KEY] = str(exc)
         raise
+    except AgentStartError as exc:
+        start_failed[exc.host] = exc
+        raise
     workeroutput: dict[str, Any] | None = getattr(config, "workeroutput", None)
     if workeroutput is not None:
         # The very list: the backend fills in the ends when it closes, before xdist ships workeroutput.
         workeroutput[WORKEROUTPUT_LEASES] = backend.lease_log.records
     return backend
+
+
+def remembered(first: AgentStartError) -> AgentStartError:
+    """``first`` again, its reason still on the first line, saying that it is the remembered first failure."""
+    reason, newline, rest = str(first).partition("\n")
+    return AgentStartError(reason + REMEMBERED + newline + rest, first.host)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -55,3 +55,39 @@ def test_the_reason_is_in_the_failing_tests_report(pytester: pytest.Pytester,
     # in the error's report, and on the one line of the short summary
     result.stdout.fnmatch_lines([f"E   *AgentStartError: host nodev (nodev:22, engine verbs): {REASON}*",
                                  f"ERROR test_needs_a_host.py::test_connect - *{REASON}*"])
+
+
+def test_a_failed_start_is_remembered_for_the_session(pytester: pytest.Pytester,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # Starting an agent that cannot start costs its start-up time and ends the same way: the second test
+    # fails at once with the first failure's reason, saying so, and the agent is started only once. A
+    # san_requires marker asks for the backend in each test's setup (pytest caches only a fixture's error).
+    host = {"ansible_connection": "local", "san_engine": "verbs", "san_device": "nosuch0", "san_loopback": True,
+            "san_remote_tmp": str(pytester.path)}
+    monkeypatch.setenv("COLUMNS", "400")
+    inventory = pytester.path / "lab.json"
+    inventory.write_text(json.dumps({"all": {"children": {"san": {"hosts": {"nodev": host}}}}}))
+    pytester.makepyfile(test_two="""
+        import pytest
+
+        @pytest.mark.san_requires("verbs")
+        def test_first(san_switch):
+            pass
+
+        @pytest.mark.san_requires("rdma_read")
+        def test_second(san_provider):
+            pass
+    """)
+    log_file = pytester.path / "hil.log"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-ra", "--san-backend=hil",
+                                           f"--san-inventory={inventory}", f"--log-file={log_file}",
+                                           "--log-file-level=DEBUG")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([f"ERROR test_two.py::test_first - *{REASON}*",
+                                 f"ERROR test_two.py::test_second - *{REASON}*[[]remembered: the agent's first "
+                                 "start failed so; it is not started again this session]*"])
+    assert "remembered" not in result.stdout.str().split("test_first - ")[1].splitlines()[0]
+    records = log_file.read_text().splitlines()
+    starts = [line for line in records if "hil.controller.client" in line and "starting the agent" in line]
+    failures = [line for line in records if "hil.controller.client" in line and REASON in line]
+    assert (len(starts), len(failures)) == (1, 1), records
