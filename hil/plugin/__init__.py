@@ -4,6 +4,11 @@ pytest-san imports it (entry point ``pytest_san.backends: hil``) once ``--san-ba
 its options live in pytest-san's own ``san`` group. ``hooks`` builds the backend from the inventory and
 attaches host diagnostics to failed tests, ``xdist`` leases hosts per worker and merges the lease
 records, ``diagnostics`` collects a host's state, ``nightly`` is what ``san-hil nightly`` adds to its runs.
+
+PYTEST_DONT_REWRITE: this package module holds no assertions, and it is often imported before pytest-san
+registers it as the backend's plugin -- as the package of ``-p hil.plugin.nightly``, which pytest imports
+first -- so marking it for assertion rewriting then would only warn "Module already imported so cannot be
+rewritten". Its modules (``hooks``, ``xdist``, ...) are rewritten as any plugin's.
 """
 
 from __future__ import annotations
