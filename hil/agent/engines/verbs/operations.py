@@ -15,9 +15,8 @@ from typing import Any
 from pyverbs.wr import SGE, RecvWR, SendWR  # type: ignore[import-not-found]
 
 from hil.agent.engines.verbs import enums as e
-from hil.agent.engines.verbs.state import FENCED, U64, Burst, Operation, ProcessState, Socket
+from hil.agent.engines.verbs.state import FENCED, U64, Burst, Operation, ProcessState, Socket, unpack_descriptor
 from pytest_san.contract import (
-    DESCRIPTOR,
     DESCRIPTOR_SIZE,
     QUEUE_DEPTH,
     Access,
@@ -95,6 +94,10 @@ class OperationsMixin(ProcessState):
             sges.append(SGE(address, length, reg.key))
             total += length
         op.nbytes = total
+        if self.iwarp:
+            # Never a zero-length SGE (it moves nothing): siw (kernel 6.1) dereferences a NULL memory object for
+            # one in a send or an RDMA write, an oops that hangs the device. No SGE at all is fine there.
+            return [sge for sge in sges if sge.length]
         if not sges:
             sges.append(self._null_sge(sock))
         return sges
@@ -159,7 +162,8 @@ class OperationsMixin(ProcessState):
                 if type(value) is not int or value < 1:
                     raise SanError(WsaError.WSAEINVAL, f"a burst's {name} is an integer >= 1, got {value!r}")
         sock = self._post_checks(socket, buffers, kind)
-        if kind == "rdma_read" and len(buffers) > self.max_sge_rd:
+        moving = [b for b in buffers if b[1] != 0]  # a zero-length entry moves nothing (and is not posted on iWARP)
+        if kind == "rdma_read" and len(moving if self.iwarp else buffers) > self.max_sge_rd:
             # The device scatters a read into at most max_sge_rd entries (siw: 1): too many buffers for it.
             raise SanError(WsaError.WSAEINVAL, f"{len(buffers)} buffers for an RDMA read, the device reads into "
                            f"at most {self.max_sge_rd}")
@@ -167,7 +171,7 @@ class OperationsMixin(ProcessState):
             raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
         if not is_int(offset):
             raise SanError(WsaError.WSAEINVAL, f"offset {offset!r} is not an integer")
-        address, window_length, rkey = DESCRIPTOR.unpack(bytes(descriptor))
+        address, window_length, rkey, stated = unpack_descriptor(bytes(descriptor))
         op = self._new_op(sock, kind)
         # Local side: an RdmaWrite source must be readable (R7), an RdmaRead sink writable (R6).
         sges = self._gather(sock, op, buffers, Access.READ if kind == "rdma_write" else Access.WRITE)
@@ -185,6 +189,12 @@ class OperationsMixin(ProcessState):
             if 0 <= offset <= window_length:
                 self._finish(op, Status.SUCCESS.value, 0)
                 return op.id
+            return self._refuse(op, Status.ACCESS_VIOLATION.value)
+        if self.iwarp and (not 0 <= offset <= window_length - op.nbytes
+                           or not stated & (Access.WRITE if kind == "rdma_write" else Access.READ)):
+            # siw checks a tagged write's bounds segment by segment, placing the first segments of an over-long
+            # one, and serves a read of an MR without REMOTE_READ: the range and access the descriptor states are
+            # checked here first (a rejected transfer moves no byte).
             return self._refuse(op, Status.ACCESS_VIOLATION.value)
         opcode = e.IBV_WR_RDMA_WRITE if kind == "rdma_write" else e.IBV_WR_RDMA_READ
         wr = SendWR(wr_id=op.id, opcode=opcode, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
@@ -234,11 +244,11 @@ class OperationsMixin(ProcessState):
             self._finish(op, Status.SUCCESS.value if burst.error is None else burst.error, burst.ok_bytes)
 
     def _fences(self, op: Operation) -> bool:
-        """iWARP completes an RDMA write once it is sent, not once the responder placed it: a refused
-        write would complete SUCCESS. Its fence, a zero-length RDMA read behind it on the same QP, is
-        answered only after the writes before it were placed (the responder serves a stream in order; a
-        refusal ends the stream instead), so the write completes with its fence."""
-        return self.iwarp and op.kind == "rdma_write"
+        """iWARP completes an RDMA write or a send once it is sent, not once the responder placed it: a
+        refused one would complete SUCCESS. Its fence, a zero-length RDMA read behind it on the same QP, is
+        answered only after what was sent before it was placed (the responder serves a stream in order; a
+        refusal ends the stream instead), so the write or send completes with its fence."""
+        return self.iwarp and op.kind in ("rdma_write", "send")
 
     def _fence_wr(self, op: Operation, rkey: int, remote_addr: int) -> Any:
         # A zero-length read checks no key (siw skips it), so a WRITE-only target does not fail its fence.
@@ -261,6 +271,10 @@ class OperationsMixin(ProcessState):
         sges = self._gather(sock, op, buffers, Access.READ)  # R7: a WRITE-only handle is no send source
         if sges is None:
             return self._refuse(op)
+        if self._fences(op):  # as an RDMA write (_rdma): the receiver's refusal ends the connection instead
+            self._post_send_wr(op, SendWR(wr_id=op.id | FENCED, opcode=e.IBV_WR_SEND, num_sge=len(sges), sg=sges,
+                                          send_flags=0))
+            return self._post_send_wr(op, self._fence_wr(op, 0, 0))
         wr = SendWR(wr_id=op.id, opcode=e.IBV_WR_SEND, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
         return self._post_send_wr(op, wr)
 

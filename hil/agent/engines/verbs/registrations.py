@@ -22,9 +22,8 @@ from pyverbs.mr import MR, MW, MWBindInfo  # type: ignore[import-not-found]
 from pyverbs.wr import SendWR  # type: ignore[import-not-found]
 
 from hil.agent.engines.verbs import enums as e
-from hil.agent.engines.verbs.state import ProcessState, Registration, Socket
+from hil.agent.engines.verbs.state import ProcessState, Registration, Socket, pack_descriptor, unpack_descriptor
 from pytest_san.contract import (
-    DESCRIPTOR,
     DESCRIPTOR_SIZE,
     VALID_ACCESS,
     Access,
@@ -89,7 +88,7 @@ class RegistrationsMixin(ProcessState):
         reg = sock.by_range.get(key)
         if reg is not None:
             reg.refs += 1
-            return DESCRIPTOR.pack(reg.address, reg.length, reg.key)
+            return pack_descriptor(reg, self.iwarp)
         remote = (e.IBV_ACCESS_REMOTE_READ if access & Access.READ else 0) | \
                  (e.IBV_ACCESS_REMOTE_WRITE if access & Access.WRITE else 0)
         if self.mw_mode == "mr":
@@ -98,7 +97,7 @@ class RegistrationsMixin(ProcessState):
             reg = self._register_rdma_window(sock, address, length, access, remote)
         sock.windows[reg.key] = reg
         sock.by_range[key] = reg
-        return DESCRIPTOR.pack(reg.address, reg.length, reg.key)
+        return pack_descriptor(reg, self.iwarp)
 
     def _register_rdma_mr(self, sock: Socket, address: int, length: int, access: int, remote: int) -> Registration:
         """Without type-2 windows: the MR itself carries the remote rights; being in the socket's PD, it is
@@ -139,7 +138,7 @@ class RegistrationsMixin(ProcessState):
     def _window_of(self, sock: Socket, descriptor: Any) -> Registration | None:
         if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
             raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
-        return sock.windows.get(DESCRIPTOR.unpack(bytes(descriptor))[2])
+        return sock.windows.get(unpack_descriptor(bytes(descriptor))[2])
 
     def deregister_rdma_memory(self, socket: int, descriptor: bytes) -> None:
         sock = self._socket(socket)

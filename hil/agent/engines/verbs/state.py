@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytest_san.contract import (
+    DESCRIPTOR,
     QUEUE_DEPTH,
     VALID_ACCESS,
     Access,
@@ -26,6 +27,24 @@ FENCED = 1 << 61  # wr_id bit of an iWARP RDMA write whose outcome its fence rea
 INTERNAL_SLOTS = 8  # send-queue room kept for them on top of QUEUE_DEPTH
 CQ_PER_SOCKET = 2 * QUEUE_DEPTH + INTERNAL_SLOTS
 U64 = (1 << 64) - 1
+
+ACCESS_SHIFT = 56  # iWARP descriptors carry the access in the length's top byte (see pack_descriptor)
+LENGTH_MASK = (1 << ACCESS_SHIFT) - 1
+
+
+def pack_descriptor(reg: Registration, with_access: bool) -> bytes:
+    """{address, length, rkey}; ``with_access`` (iWARP) also states the access granted, in the length's top
+    byte: siw (kernel 6.1) serves an RDMA read from an MR without REMOTE_READ, so the initiator's provider
+    refuses a read of a descriptor that grants none (R7), as it refuses a local one."""
+    length = reg.length | (reg.access << ACCESS_SHIFT if with_access else 0)
+    return DESCRIPTOR.pack(reg.address, length, reg.key)
+
+
+def unpack_descriptor(descriptor: bytes) -> tuple[int, int, int, int]:
+    """(address, length, rkey, access stated or 0)."""
+    address, length, rkey = DESCRIPTOR.unpack(descriptor)
+    return address, length & LENGTH_MASK, rkey, length >> ACCESS_SHIFT
+
 
 class Mapping:
     """One buffer: ``length`` usable bytes at ``address``; ``size`` mapped bytes including the guard page."""
