@@ -503,7 +503,9 @@ def test_killing_a_worker_frees_its_hosts_at_once(tmp_path: Path, hosts: list[Ho
         finally:
             (marks / "release").write_text("")
             run.kill()
-    assert took < 5, f"the lease of a killed worker took {took:.1f} s to free"
+    # Well under the 30 s the lease would be waited for: the time includes starting an agent over SSH,
+    # which took 5.7 s on a loaded CI machine (running the lab beside the tests).
+    assert took < 15, f"the lease of a killed worker took {took:.1f} s to free"
     output = (tmp_path / "run.log").read_text()
     assert f"worker '{record['worker']}' crashed" in output and "1 failed, 1 passed" in output, output[-3000:]
 
