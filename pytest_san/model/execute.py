@@ -81,6 +81,10 @@ GIVE_UP_AFTER = 1.0
 """Seconds a send waits before a backend with ``send-wait-bounded`` may end it (rxe: about 2 s): younger
 sends are not asked about (each question is a round trip)."""
 
+SETTLE_BEFORE_CLOSING = 4.0
+"""Seconds a waiting send is given before a sequence's closing loop on a ``send-wait-bounded`` backend: a
+send that gives up while sockets are being closed turns its end's flushes ABORTED behind the model's back."""
+
 _RETURNS = {"handle": "a handle", "descriptor": "a descriptor", "op": "a pending operation", "none": "it to return"}
 
 
@@ -356,6 +360,7 @@ class Side:
         model = self.model
         assert model is not None
         t0 = time.perf_counter()
+        self._settle_waiting_sends()
         seen = self.catch_up() or Seen(Expect())
         if not self.full and not seen.problems:  # what no step looked at: each open socket's registrations, state
             opened = {s.id for s in model.open_sockets()}
@@ -382,6 +387,17 @@ class Side:
             self.world.data = {key: bytes(value) for key, value in model.data.items()}
         self.cost.finish += time.perf_counter() - t0
         return seen
+
+    def _settle_waiting_sends(self) -> None:
+        """Where a waiting send may give up on its own, let each reach SETTLE_BEFORE_CLOSING seconds first, so
+        that ``catch_up`` sees it give up before the closing loop rather than during it."""
+        model = self.model
+        assert model is not None
+        if RNR_BOUNDED not in self.alts:
+            return
+        posted = [self.posted[op] for _, op in model.waiting_sends() if op in self.posted]
+        if posted:
+            time.sleep(max(0.0, min(posted) + SETTLE_BEFORE_CLOSING - time.monotonic()))
 
     def abandon(self) -> bool:
         """After a divergence: close whatever is open. False: something is left (reset the backend)."""
