@@ -40,7 +40,8 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "a send waiting for the peer's receive",
                 "waits until the peer posts one, or the connection ends",
                 "after about 2 s it may complete CONNECTION_RESET instead, its end going to error (the peer "
-                "stays connected and learns it as below)",
+                "stays connected and learns it as below); when the peer closes about then, its end's other "
+                "operations complete ABORTED or CONNECTION_RESET",
                 "rxe (kernel 6.1) lets the retransmission timer run out during RNR retries, although rnr_retry is 7 "
                 "(retry forever); a real NIC waits"),
     Alternative(LOCAL_BREAK, "verbs",

@@ -10,13 +10,14 @@ could change (``Expect.touched``), and all of it when the sequence ends, with ``
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import time
 from typing import Any
 
 from ..contract import VALID_ACCESS, Access, SanError
-from ..protocols import PendingOperation, Provider, Socket
+from ..protocols import Answering, PendingOperation, Provider, Question, Socket
 from .alternatives import RNR_BOUNDED
 from .reference import Model
 from .state import Expect, KeyValue, Touched
@@ -38,13 +39,16 @@ class Seen:
     call: str = ""  # skipped | handle | descriptor | operation | done | a WSA code's name | an exception
     done: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> its completion
     problems: list[Problem] = dataclasses.field(default_factory=list)
+    # ops that completed by the backend's own choice (a send that gave up waiting), not by the step: the
+    # other backend of a differential run may not take that alternative, so they are not compared
+    aside: set[int] = dataclasses.field(default_factory=set)
 
     def problem(self, category: str, message: str) -> None:
         self.problems.append(Problem(category, message))
 
     def answer(self) -> tuple[str, tuple[tuple[int, str], ...]]:
         """What two backends' answers are compared by (differential mode)."""
-        return self.call, tuple(sorted(self.done.items()))
+        return self.call, tuple(sorted((op, done) for op, done in self.done.items() if op not in self.aside))
 
 
 @dataclasses.dataclass
@@ -63,6 +67,7 @@ def _merged(seen: Seen, other: Seen | None) -> Seen:
     if other is not None:
         seen.expect.alternatives |= other.expect.alternatives
         seen.done.update(other.done)
+        seen.aside |= other.aside | set(other.done)
         seen.problems += other.problems
     return seen
 
@@ -80,10 +85,6 @@ def _outcome(step: Step, result: object) -> str:
 GIVE_UP_AFTER = 1.0
 """Seconds a send waits before a backend with ``send-wait-bounded`` may end it (rxe: about 2 s): younger
 sends are not asked about (each question is a round trip)."""
-
-SETTLE_BEFORE_CLOSING = 4.0
-"""Seconds a waiting send is given before a sequence's closing loop on a ``send-wait-bounded`` backend: a
-send that gives up while sockets are being closed turns its end's flushes ABORTED behind the model's back."""
 
 _RETURNS = {"handle": "a handle", "descriptor": "a descriptor", "op": "a pending operation", "none": "it to return"}
 
@@ -295,25 +296,39 @@ class Side:
         model = self.model
         assert model is not None
         touched = seen.expect.touched
-        everyone = [s for s in model.socks]
-        for sock_id in everyone if full else sorted(touched.registrations):
-            self._registrations(seen, sock_id)
-        for node in range(len(self.world.nodes)) if full else sorted(touched.nodes):
-            live = self.world.nodes[node].proxy.live_allocations()
-            want = self.world.baseline[node] + model.live_registrations(node)
-            if live != want:
-                seen.problem("proxy", f"proxy of node {node}: {live} live allocations, the model has {want} "
-                                      "(one per live registration, R12)")
-        for pi, bi in sorted(model.data) if full else sorted(touched.buffers):
-            self._bytes(seen, pi, bi)
-        for sock_id in everyone if full else sorted(touched.states):
-            self._state(seen, sock_id, closed_too=full or model.socks[sock_id].state == "closed")
+        everyone = list(model.socks)
+        regs = everyone if full else sorted(touched.registrations)
+        nodes = list(range(len(self.world.nodes))) if full else sorted(touched.nodes)
+        buffers = sorted(model.data) if full else sorted(touched.buffers)
+        states = everyone if full else sorted(touched.states)
         waiting = {op for _, op in model.waiting_sends()} if not full else set()  # catch_up asks about those
-        for op_id, mop in sorted(model.ops.items()):
-            if (full or (mop.sock.id in touched.pending and op_id not in waiting)) and op_id in self.ops \
-                    and self.ops[op_id].done():
-                seen.problem("pending", f"op#{op_id} ({mop.kind} on s{mop.sock.id}) completed "
-                                        f"{self.ops[op_id].wait(0)}, the model holds it pending")
+        pending = [(op_id, mop) for op_id, mop in sorted(model.ops.items())
+                   if (full or (mop.sock.id in touched.pending and op_id not in waiting)) and op_id in self.ops]
+        questions: list[Question] = [
+            *[(self._provider(s), "registrations", (self.socks[s],)) for s in regs],
+            *[(self.world.nodes[n].proxy, "live_allocations", ()) for n in nodes],
+            *[(self.world.bufs[pi][bi], "read", ()) for pi, bi in buffers],
+            *[(self.socks[s], "connected", ()) for s in states],
+            *[(self.ops[op_id], "done", ()) for op_id, _ in pending]]
+        backend = self.world.backend
+        asking = backend.answering(questions) if isinstance(backend, Answering) else contextlib.nullcontext()
+        with asking:  # a lab: every question of this check in one round trip
+            for sock_id in regs:
+                self._registrations(seen, sock_id)
+            for node in nodes:
+                live = self.world.nodes[node].proxy.live_allocations()
+                want = self.world.baseline[node] + model.live_registrations(node)
+                if live != want:
+                    seen.problem("proxy", f"proxy of node {node}: {live} live allocations, the model has {want} "
+                                          "(one per live registration, R12)")
+            for pi, bi in buffers:
+                self._bytes(seen, pi, bi)
+            for sock_id in states:
+                self._state(seen, sock_id, closed_too=full or model.socks[sock_id].state == "closed")
+            for op_id, mop in pending:
+                if self.ops[op_id].done():
+                    seen.problem("pending", f"op#{op_id} ({mop.kind} on s{mop.sock.id}) completed "
+                                            f"{self.ops[op_id].wait(0)}, the model holds it pending")
 
     def _registrations(self, seen: Seen, sock_id: int) -> None:
         model = self.model
@@ -360,7 +375,6 @@ class Side:
         model = self.model
         assert model is not None
         t0 = time.perf_counter()
-        self._settle_waiting_sends()
         seen = self.catch_up() or Seen(Expect())
         if not self.full and not seen.problems:  # what no step looked at: each open socket's registrations, state
             opened = {s.id for s in model.open_sockets()}
@@ -387,17 +401,6 @@ class Side:
             self.world.data = {key: bytes(value) for key, value in model.data.items()}
         self.cost.finish += time.perf_counter() - t0
         return seen
-
-    def _settle_waiting_sends(self) -> None:
-        """Where a waiting send may give up on its own, let each reach SETTLE_BEFORE_CLOSING seconds first, so
-        that ``catch_up`` sees it give up before the closing loop rather than during it."""
-        model = self.model
-        assert model is not None
-        if RNR_BOUNDED not in self.alts:
-            return
-        posted = [self.posted[op] for _, op in model.waiting_sends() if op in self.posted]
-        if posted:
-            time.sleep(max(0.0, min(posted) + SETTLE_BEFORE_CLOSING - time.monotonic()))
 
     def abandon(self) -> bool:
         """After a divergence: close whatever is open. False: something is left (reset the backend)."""

@@ -151,6 +151,14 @@ class Model(TransferModel):
         self._flush(s, Status.ABORTED)  # R11: pending operations complete ABORTED
         peer = s.peer
         if peer.state in ("connected", "error"):
+            if peer.state == "connected" and peer.sq and peer.sq[0].kind == "send" and self._on(alt.RNR_BOUNDED):
+                # The peer's waiting send may give up just before it learns of the close: CONNECTION_RESET
+                # either way, but then its other operations flush as its own error's (ABORTED).
+                self._complete(peer.sq.pop(0), {Status.CONNECTION_RESET})
+                for op in peer.pending():
+                    self._complete(op, {Status.CONNECTION_RESET, Status.ABORTED})
+                peer.recvs.clear()
+                peer.sq.clear()
             peer.state = "disconnected"
             ex.touched.states.add(peer.id)
             self._flush(peer, Status.CONNECTION_RESET)
