@@ -8,6 +8,7 @@ switch talk only to these protocols, so the same suite runs on the emulator and 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from .types import Access, CacheType, Completion, DeviceDescription, Leak
@@ -216,3 +217,19 @@ class Backend(Protocol):
         processes the test spawned; the next test starts on a clean SAN."""
         ...
     def close(self) -> None: ...
+
+
+Question = tuple[object, str, tuple[object, ...]]
+"""(an object of the backend, the name of one of its read-only methods or properties, the arguments): e.g.
+``(socket, "connected", ())``, ``(provider, "registrations", (socket,))``, ``(buffer, "read", ())``,
+``(proxy, "live_allocations", ())``, ``(operation, "done", ())``."""
+
+
+@runtime_checkable
+class Answering(Protocol):
+    """Optional, for a backend whose every question is a round trip (hil): within ``answering(questions)``
+    the objects answer those questions as the backend found them when the block began, asked together
+    (one pipelined round trip for all hosts); anything else is asked as usual. A checker that would ask
+    many questions in a row (``pytest_san.model``) asks them this way."""
+
+    def answering(self, questions: Sequence[Question]) -> AbstractContextManager[None]: ...

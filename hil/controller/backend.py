@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from hil.controller.answering import answering
 from hil.controller.client import AgentClient, Outcome
 from hil.controller.errors import AgentError
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
@@ -17,7 +18,7 @@ from hil.transport import Transport, open_transport
 
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
-from pytest_san.protocols import Backend, Faults, Node, Process, Provider, Proxy, Socket
+from pytest_san.protocols import Answering, Backend, Faults, Node, Process, Provider, Proxy, Question, Socket
 from pytest_san.types import Leak
 
 log = logging.getLogger(__name__)  # resets, and dead agents replaced
@@ -208,6 +209,10 @@ class HilBackend:
             sock_b.on_close = lambda: agent_a.session.void(agent_a.engine, "peer_closed", sock_a)
         return sock_a, sock_b
 
+    def answering(self, questions: Sequence[Question]) -> contextlib.AbstractContextManager[None]:
+        """``questions`` asked of every agent at once (pytest_san.protocols.Answering)."""
+        return answering(questions)
+
     def leaks(self) -> list[Leak]:
         return [Leak(node, kind, detail) for agent in self.agents for node, kind, detail in agent.call("leaks")]
 
@@ -341,6 +346,7 @@ class RemoteFaults:
 # mypy checks the backend and its faults against the protocols they implement (no runtime cost).
 if TYPE_CHECKING:
     def _is_backend(b: HilBackend) -> Backend: return b
+    def _is_answering(b: HilBackend) -> Answering: return b
     def _is_faults(f: RemoteFaults) -> Faults: return f
 
 

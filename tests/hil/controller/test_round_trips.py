@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,6 +115,57 @@ def test_a_deferred_close_error_is_reported(sshd_host: HostConfig) -> None:
         leaks, errors = backend.end_test(switch.close_all)
         assert leaks == []
         assert all(type(e).__name__ == "SanError" for e in errors)
+    finally:
+        backend.close()
+
+
+def test_questions_asked_together_cost_one_round_trip_and_answer_as_asked_alone(sshd_host: HostConfig) -> None:
+    """HilBackend.answering (the model's checks): socket states, registrations, bytes, proxy counts and
+    completions in one round trip; the answers (errors included) are those the objects give alone."""
+    from pytest_san import SanError, Status, WsaError
+    from pytest_san.protocols import Question
+
+    backend = HilBackend([sshd_host])
+    try:
+        node = backend.nodes[0]
+        p, q = node.default_process, node.spawn_process()
+        provider = node.provider
+        a_sock, b_sock = backend.connect_sockets(p, q)
+        closed, _ = backend.connect_sockets(p, q)
+        buf = p.alloc(64)
+        buf.write(b"q" * 64)
+        provider.register_memory(a_sock, buf, Access.READ)
+        sink = q.alloc(8)
+        recv = provider.recv(b_sock, [(sink, provider.register_memory(b_sock, sink, Access.WRITE))])
+        provider.close_socket(closed)
+        proxy = node.proxy
+
+        def ask() -> list[object]:
+            answers: list[object] = []
+            for sock in (a_sock, b_sock, closed):
+                answers += [sock.connected, sock.closed]
+            not_a_socket: Any = 424242
+            for sock in (a_sock, closed, not_a_socket):
+                try:
+                    answers.append(sorted((r.kind, r.length, int(r.access)) for r in provider.registrations(sock)))
+                except SanError as exc:
+                    answers.append(exc.code)
+            return [*answers, buf.read(), proxy.live_allocations(), recv.done()]
+
+        alone = ask()
+        questions: list[Question] = [
+            *[(s, "connected", ()) for s in (a_sock, b_sock, closed)],
+            *[(provider, "registrations", (s,)) for s in (a_sock, closed, 424242)],
+            (buf, "read", ()), (proxy, "live_allocations", ()), (recv, "done", ())]
+        before = backend.round_trips()[sshd_host.name]
+        with backend.answering(questions):
+            together = ask()
+        assert backend.round_trips()[sshd_host.name] - before == 1
+        assert together == alone
+        assert alone[:6] == [True, False, True, False, False, True] and alone[-1] is False
+        assert alone[6] == [("memory", 64, int(Access.READ))] and alone[8] == WsaError.WSAENOTSOCK
+        provider.send(a_sock, [(buf.view(0, 8), provider.register_memory(a_sock, buf, Access.READ))])
+        assert recv.wait(10).status is Status.SUCCESS  # answers asked together are not kept after the block
     finally:
         backend.close()
 
