@@ -62,15 +62,28 @@ class StandInCodec(Codec):
         self.session = session
 
     def own(self, value: object) -> Encoded:
-        if isinstance(value, RemoteBuffer):
-            address, length = self.encode(value.address), self.encode(value.length)
-            if value.process.session is self.session:
-                return buffer_ref(value.process.oid, address, length)
+        fields = _buffer_like(value)
+        if fields is not None:
+            process, address, length = fields[0], self.encode(fields[1]), self.encode(fields[2])
+            if process.session is self.session:
+                return buffer_ref(process.oid, address, length)
             # Another host's memory: a buffer of a process the engine does not know (WSAEFAULT there).
-            return buffer_ref(value.process.session.client.host.name, address, length, foreign=True)
+            return buffer_ref(process.session.client.host.name, address, length, foreign=True)
         if isinstance(value, Remote) and value.session is self.session:
             return object_ref(value.oid)
         return None
+
+
+def _buffer_like(value: object) -> tuple[RemoteProcess, object, object] | None:
+    """(process, address, length) of a RemoteBuffer, or of any object with ``.address``, ``.length`` and a
+    remote ``.process`` (providers take such duck-typed buffers in-process too, judging each field)."""
+    if isinstance(value, RemoteBuffer):
+        return value.process, value.address, value.length
+    try:
+        process, address, length = value.process, value.address, value.length  # type: ignore[attr-defined]
+    except Exception:  # not buffer-like: an object the agent knows nothing of
+        return None
+    return (process, address, length) if isinstance(process, RemoteProcess) else None
 
 
 Ref = Mapping[str, Any]

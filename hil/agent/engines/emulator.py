@@ -6,9 +6,11 @@ the emulator's nodes; connections stay inside this one agent.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from pytest_san.burst import WindowedBurst
+from pytest_san.contract import is_int
 from pytest_san.emulator import (
     EmulatedNode,
     EmulatedOperation,
@@ -59,8 +61,11 @@ class EmulatorEngine:
         return [self, *[x for n in self.backend.nodes for x in (n, n.provider, n.proxy)]]
 
     @staticmethod
-    def resolve_buffer(process: EmulatedProcess, address: int, length: int) -> Any:
-        return process.buffer_at(address, length)
+    def resolve_buffer(process: EmulatedProcess, address: object, length: object) -> Any:
+        if is_int(address) and is_int(length):
+            return process.buffer_at(address, length)  # type: ignore[arg-type]
+        # A duck-typed buffer with odd fields: the provider judges it as in-process (whose process, then range).
+        return types.SimpleNamespace(process=process, address=address, length=length)
 
 
 def kind_of(obj: Any) -> str:

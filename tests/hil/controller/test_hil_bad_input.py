@@ -9,6 +9,7 @@ status of the operation a call returned) must be the same, and a refused call mu
 from __future__ import annotations
 
 import enum
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,10 @@ class Ctx:
         return self.conn.local.process.node.proxy
 
 
+def _duck(process: Any, address: Any, length: Any) -> Any:
+    return types.SimpleNamespace(process=process, address=address, length=length)
+
+
 Case = Callable[[Ctx], Any]
 CASES: dict[str, Case] = {
     # access: exactly 1, 2, 3 as int or Access
@@ -76,6 +81,11 @@ CASES: dict[str, Case] = {
     "buffer unmapped": lambda c: c.p.register_memory(c.s, c.proc.buffer_at(0x1000, 16), 1),
     "buffer empty": lambda c: c.p.register_rdma_memory(c.s, c.buf.view(0, 0), 1),
     "buffer of another host": lambda c: c.p.register_memory(c.s, c.far_buf, Access.READ),
+    # duck-typed buffers (found by the SPI fuzz over SSH): judged field by field, whose process first
+    "duck buffer, float address": lambda c: c.p.register_memory(c.s, _duck(c.proc, 1.5, None), Access.READ),
+    "duck buffer of another host, float address": lambda c: c.p.register_memory(
+        c.s, _duck(c.far_buf.process, float(c.far_buf.address), None), Access.READ),
+    "duck buffer, good fields": lambda c: c.p.register_memory(c.s, _duck(c.proc, c.buf.address, 64), 1),
     "another host's buffer, bad access": lambda c: c.p.register_memory(c.s, c.far_buf, 9),
     "socket None": lambda c: c.p.register_memory(None, c.buf, 1),
     "socket of another host": lambda c: c.p.register_memory(c.far_sock, c.buf, 1),
