@@ -217,6 +217,8 @@ def test_child_opens_the_device_with_its_capabilities(spawn: Callable[..., host.
     # Windows where the device has type-2 ones, else plain MRs: "memory_windows" claimed only with them.
     assert hello["mw_mode"] == ("mw2" if hello["device_has_mw2"] else "mr")
     assert ("memory_windows" in host.host_capabilities(host.PinnedProxy(), hello)) == hello["device_has_mw2"]
+    # A send waits for the peer's receive on IB and RoCE (RNR retry); iWARP ends the connection instead.
+    assert ("send_waits" in host.host_capabilities(host.PinnedProxy(), hello)) == (hello["transport"] == "ib")
     record("DEVICE", f"device {lab.device} on {lab.netdev} {lab.address} enums {hello['enums']}: transport "
                      f"{hello['transport']}, mw_mode {hello['mw_mode']}, max_sge {hello['max_sge']}, max_sge_rd "
                      f"{hello['max_sge_rd']}, MTU enum {hello['mtu']}, atomic_cap {hello['atomic_cap']}")
@@ -975,3 +977,29 @@ def test_agent_code_is_python39_and_standalone() -> None:
                 f"{path.name}: import IBV_* names through enums.py"
         assert "slots=True" not in source
         assert source.startswith('"""') and "from __future__ import annotations" in source
+
+
+@rdma
+def test_a_spawned_process_is_the_spare_started_at_the_last_spawn(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """spawn_process takes the child started when the previous process was made (a pyverbs child takes
+    seconds to start in a TCG guest); a spare that died is replaced by a fresh child; close ends the spare."""
+    from hil.agent.engines.verbs.engine import VerbsEngine
+
+    monkeypatch.setattr(sys, "executable", lab.python)  # the agent's python3 is the one with pyverbs
+    engine = VerbsEngine("lab", lab.device, netdev=os.environ.get("SAN_NETDEV"), port=lab.port)
+    spares = []
+    try:
+        spare = engine._spare
+        assert spare is not None and spare.alive and engine.default_process.child is not spare
+        process = engine.spawn()
+        assert process.child is spare and process.alive and spare.hello["pid"] == spare.pid
+        dead = engine._spare
+        assert dead is not None and dead is not spare
+        dead.kill()
+        fresh = engine.spawn()
+        assert fresh.child is not dead and fresh.alive
+        spares.append(engine._spare)
+        assert engine.leaks() == []
+    finally:
+        engine.close()
+    assert spares[0] is not None and not spares[0].alive and engine._spare is None

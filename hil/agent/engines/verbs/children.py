@@ -58,7 +58,9 @@ class ChildProcess:
     _ids = itertools.count(1)
 
     def __init__(self, device: str, port: int = 1, address: str | None = None, python: str | None = None,
-                 mw_mode: str = "auto", start_timeout: float = 120.0, env: dict[str, str] | None = None) -> None:
+                 mw_mode: str = "auto", start_timeout: float = 120.0, env: dict[str, str] | None = None,
+                 *, wait: bool = True) -> None:
+        """Start the child; ``wait``: also wait for its hello (else ``ready()`` does, e.g. for a spare)."""
         self.python = python or sys.executable
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 -- lives as long as the child
         cmd = [self.python, CHILD, "--device", device, "--port", str(port), "--mw-mode", mw_mode]
@@ -71,8 +73,17 @@ class ChildProcess:
         self._reader.start()
         self._lock = threading.Lock()
         self.pid = self._proc.pid  # the OS pid (the child reports the same in hello)
+        self._start_timeout = start_timeout
+        self.hello: dict[str, Any] = {}
+        if wait:
+            self.ready()
+
+    def ready(self) -> ChildProcess:
+        """Wait for the child's hello (once): its device open, or the reason it could not start."""
+        if self.hello:
+            return self
         try:
-            reply = self._next_line(start_timeout)
+            reply = self._next_line(self._start_timeout)
         except BaseException:
             self.kill()
             raise
@@ -85,7 +96,8 @@ class ChildProcess:
             if error.get("kind") == "ImportError":
                 raise NoRdmaDevice(text)
             raise_error(error)
-        self.hello: dict[str, Any] = reply["result"]
+        self.hello = reply["result"]
+        return self
 
     def _read_loop(self) -> None:
         stdout = self._proc.stdout

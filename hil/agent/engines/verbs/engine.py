@@ -34,9 +34,9 @@ class VerbsBuffer:
 
 
 class VerbsProcess:
-    def __init__(self, engine: VerbsEngine) -> None:
+    def __init__(self, engine: VerbsEngine, child: ChildProcess) -> None:
         self.engine = engine
-        self.child = ChildProcess(engine.device, engine.port, engine.address)
+        self.child = child
         self.pid = self.child.pid
         self.sockets: list[VerbsSocket] = []
         self.allocated = 0  # bytes of buffers handed out (they live as long as the process)
@@ -257,6 +257,7 @@ class VerbsEngine:
         self.device, self.port = select_device(device, port=port)
         self.netdev, self.address = device_address(self.device, self.port, netdev)
         self.processes: list[VerbsProcess] = []
+        self._spare: ChildProcess | None = None  # started, not yet a process (never a leak: it holds nothing)
         self.node = VerbsNode(self, host)
         self.provider = VerbsProvider(self)
         self.proxy = VerbsProxy(self, PinnedProxy(host))
@@ -264,8 +265,21 @@ class VerbsEngine:
         self.faults = None
 
     def spawn(self) -> VerbsProcess:
-        process = VerbsProcess(self)
+        """A new process: the spare child started after the last spawn when it came up, else a fresh one;
+        then the next spare starts (a pyverbs child takes seconds to start on a slow host, the spare
+        starts while the test goes on)."""
+        spare, self._spare = self._spare, None
+        child = None
+        if spare is not None:
+            try:
+                child = spare.ready()
+            except Exception:  # whatever kept it from starting then, a fresh child meets it or not now
+                spare.kill()
+        if child is None:
+            child = ChildProcess(self.device, self.port, self.address)
+        process = VerbsProcess(self, child)
         self.processes.append(process)
+        self._spare = ChildProcess(self.device, self.port, self.address, wait=False)
         return process
 
     def open_sockets(self) -> list[VerbsSocket]:
@@ -342,6 +356,9 @@ class VerbsEngine:
             self.default_process = self.spawn()
 
     def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.close()
         for process in self.processes:
             process.child.close()
         self.processes = []

@@ -366,10 +366,14 @@ class PinnedProxy:
 
 def host_capabilities(proxy: PinnedProxy, hello: dict[str, Any] | None = None) -> frozenset[str]:
     """Capabilities to declare for a host: "verbs", "rdma_read"; "memory_windows" when its children
-    bind type-2 windows; plus what the proxy really gives. Never "nolowmem" nor "faults"."""
+    bind type-2 windows; "send_waits" on IB and RoCE (receiver-not-ready flow control: a send waits for
+    the peer's receive; iWARP ends the connection instead); plus what the proxy really gives. Never
+    "nolowmem" nor "faults"."""
     caps = {"verbs", "rdma_read"}
     if hello is not None and hello.get("mw_mode") == "mw2":
         caps.add("memory_windows")
+    if hello is not None and hello.get("transport") != "iwarp":
+        caps.add("send_waits")
     caps |= proxy.capabilities()
     if "contiguous" in caps:
         caps.add("dma_adapter")  # common buffers come from the same hugetlb pages
