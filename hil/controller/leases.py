@@ -8,6 +8,7 @@ visible message) while they are leased by others, and gives up after a timeout n
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import random
@@ -225,19 +226,22 @@ class Leaser(Generic[A]):
         while True:
             got: list[A] = []
             busy: dict[str, dict[str, object]] = {}
-            try:
-                for host in order:
-                    if len(got) == count:
-                        break
-                    try:
-                        got.append(self._start(host))
-                    except HostBusy as exc:
-                        _check_refused(host, exc)
-                        busy[host.name] = exc.holder
-            except BaseException:
-                for agent in got:
-                    self._close(agent)
-                raise
+            if count == len(order):  # every host: their agents start at once (each start is seconds of SSH)
+                got, busy = self._start_all(order)
+            else:
+                try:
+                    for host in order:
+                        if len(got) == count:
+                            break
+                        try:
+                            got.append(self._start(host))
+                        except HostBusy as exc:
+                            _check_refused(host, exc)
+                            busy[host.name] = exc.holder
+                except BaseException:
+                    for agent in got:
+                        self._close(agent)
+                    raise
             if len(got) == count:
                 return got
             for agent in got:
@@ -248,6 +252,31 @@ class Leaser(Generic[A]):
                 raise self._timeout(count, candidates, busy)
             self._announce(busy)
             self._wait(deadline)
+
+    def _start_all(self, hosts: Sequence[HostConfig]) -> tuple[list[A], dict[str, dict[str, object]]]:
+        """Start an agent on each of ``hosts`` in parallel: (the agents, in order; the busy hosts' holders).
+        Any other failure closes the agents that started and is raised (the first host's, in order)."""
+        with concurrent.futures.ThreadPoolExecutor(len(hosts), thread_name_prefix="san-start") as pool:
+            futures = [pool.submit(self._start, host) for host in hosts]
+            concurrent.futures.wait(futures)
+        got: list[A] = [f.result() for f in futures if f.exception() is None]
+        busy: dict[str, dict[str, object]] = {}
+        failure: BaseException | None = None
+        for host, future in zip(hosts, futures, strict=True):
+            exc = future.exception()
+            if isinstance(exc, HostBusy) and failure is None:
+                try:
+                    _check_refused(host, exc)
+                except BaseException as refused:
+                    failure = refused
+                busy[host.name] = exc.holder
+            elif exc is not None and failure is None:
+                failure = exc
+        if failure is not None:
+            for agent in got:
+                self._close(agent)
+            raise failure
+        return got, busy
 
     def restart(self, host: HostConfig, start: Callable[[], None]) -> None:
         """Start ``host``'s agent again (``start()`` raises HostBusy while another holds it), waiting as above."""

@@ -295,6 +295,33 @@ def test_leaser_gets_the_host_once_it_is_free() -> None:
     assert len(lab.lines) == 1 and lab.lines[0].startswith("san: waiting for host h1, leased by worker main of run x")
 
 
+def test_every_host_of_a_round_starts_at_once_and_a_failure_gives_back_the_others() -> None:
+    """All hosts wanted: their agents start in parallel (each start is seconds of SSH and Python on a host);
+    a start that fails closes those that started and is raised; a busy host gives the round back."""
+    import threading
+
+    lab = _FakeLab({})
+    both = threading.Barrier(2, timeout=10)  # passes only if the two starts overlap
+    original = lab.start
+
+    def start(host: HostConfig) -> str:
+        both.wait()
+        if host.name == "bad":
+            raise AgentError("no such device")
+        return original(host)
+
+    lab.start = start  # type: ignore[method-assign]
+    assert lab.leaser(2).acquire([_host("h1"), _host("h2")]) == ["h1", "h2"]
+    lab.open.clear()
+    with pytest.raises(AgentError, match="no such device"):
+        lab.leaser(2).acquire([_host("h1"), _host("bad")])
+    assert lab.open == set()
+    lab.busy["h2"] = {"worker": "gw1", "run": "abc"}
+    with pytest.raises(LeaseTimeout, match="host h2 is leased by worker gw1"):
+        lab.leaser(2, timeout=0).acquire([_host("h1"), _host("h2")])
+    assert lab.open == set()
+
+
 def test_a_round_longer_than_the_timeout_still_says_whom_it_waited_for() -> None:
     # Agents started over SSH: one round can take longer than a short --san-lease-timeout.
     lab = _FakeLab({"h1": {"worker": "gw1", "run": "abc"}})
