@@ -93,23 +93,35 @@ def lab() -> Lab:
     return Lab()
 
 
+@pytest.fixture(scope="module")
+def idle(lab: Lab) -> Iterator[dict[str, list[host.ChildProcess]]]:
+    """Children a test left alive, reset, by mw_mode: the next tests take them (a pyverbs child costs about
+    10 s of CPU to start in a TCG guest; the agent keeps its default process across tests the same way)."""
+    pool: dict[str, list[host.ChildProcess]] = {}
+    yield pool
+    for child in [c for children in pool.values() for c in children]:
+        child.close()
+        assert child.returncode == 0, child.stderr_tail()
+
+
 @pytest.fixture
-def spawn(lab: Lab) -> Iterator[Callable[..., host.ChildProcess]]:
-    children: list[host.ChildProcess] = []
+def spawn(lab: Lab, idle: dict[str, list[host.ChildProcess]]) -> Iterator[Callable[..., host.ChildProcess]]:
+    children: list[tuple[str, host.ChildProcess]] = []
 
     def make(mw_mode: str = "auto") -> host.ChildProcess:
-        child = host.ChildProcess(lab.device, lab.port, lab.address, python=lab.python, mw_mode=mw_mode)
-        children.append(child)
+        free = idle.get(mw_mode, [])
+        child = free.pop() if free else host.ChildProcess(lab.device, lab.port, lab.address, python=lab.python,
+                                                          mw_mode=mw_mode)
+        children.append((mw_mode, child))
         return child
 
     yield make
-    for child in children:
+    for mw_mode, child in children:
         if child.alive:
             child.call("reset")  # closes the sockets the test left open, releasing their registrations
             leaks = child.call("leaks")
-            child.close()
-            assert child.returncode == 0, child.stderr_tail()
             assert leaks == [], leaks
+            idle.setdefault(mw_mode, []).append(child)
 
 
 def connect(a: host.ChildProcess, b: host.ChildProcess) -> tuple[int, int]:
