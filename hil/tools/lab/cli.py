@@ -65,8 +65,9 @@ def _options(args: argparse.Namespace) -> UpOptions:
                      boot_timeout=args.boot_timeout, provider=args.provider)
 
 
-def _guarded(run: _Command) -> _Command:
-    """Run a lab command with SIGTERM handled like Ctrl-C, and LabError as a message and status 2."""
+def _guarded(run: _Command, interrupted: str = "interrupted") -> _Command:
+    """Run a lab command with SIGTERM handled like Ctrl-C (``interrupted`` says what that left), and LabError
+    as a message and status 2."""
 
     def wrapper(args: argparse.Namespace) -> int:
         previous = signal.signal(signal.SIGTERM, _terminated)
@@ -76,7 +77,7 @@ def _guarded(run: _Command) -> _Command:
             print(f"san-hil lab: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
-            print("san-hil lab: interrupted; the lab was stopped", file=sys.stderr)
+            print(f"san-hil lab: {interrupted}", file=sys.stderr)
             return 130
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -133,7 +134,7 @@ def add_lab_commands(commands: Any) -> None:
 
     p = sub.add_parser("up", help="boot the guests and write an inventory for them")
     _up_arguments(p, hosts_default=2)
-    p.set_defaults(run=_guarded(_up))
+    p.set_defaults(run=_guarded(_up, "interrupted; the lab was stopped"))
 
     p = sub.add_parser("down", help="stop every guest and remove everything `up` made")
     _state_dir(p)
@@ -149,9 +150,10 @@ def add_lab_commands(commands: Any) -> None:
     p.add_argument("guest", help="the guest's name, as `san-hil lab status` shows it (lab1, lab2, ...)")
     p.add_argument("remote_command", nargs=argparse.REMAINDER, metavar="command",
                    help="what to run on the guest (default: a shell); after GUEST, options included")
-    p.set_defaults(run=_guarded(_ssh), accepts_extra_args=True, passes_on=None)  # its usage line says it all
+    # its usage line says it all
+    p.set_defaults(run=_guarded(_ssh, "interrupted; the lab is still up"), accepts_extra_args=True, passes_on=None)
 
     p = sub.add_parser("run", allow_abbrev=False, usage="san-hil lab run [options] [-- pytest args ...]",
                        help="up, the conformance suite on the lab (arguments after -- go to pytest), down")
     _up_arguments(p, hosts_default=2)
-    p.set_defaults(run=_guarded(_run), accepts_extra_args=True)
+    p.set_defaults(run=_guarded(_run, "interrupted; the lab was stopped"), accepts_extra_args=True)

@@ -644,3 +644,16 @@ def test_boot_two_guests_and_tear_down(tmp_path: Path) -> None:
     assert not state_dir.exists()
     assert leftovers(state) == []  # no vng, qemu or hub naming this lab's directory or ports
     print(f"lab up took {boot_seconds:.0f} s")
+
+
+def test_an_interrupted_lab_command_says_what_it_left(capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C (or SIGTERM) in `lab up`/`lab run` stops the lab; in `lab ssh` the lab stays up: each says so."""
+    from hil.tools.lab import cli
+
+    def interrupted(_: object) -> int:
+        raise KeyboardInterrupt
+
+    assert cli._guarded(interrupted, "interrupted; the lab is still up")(None) == 130  # type: ignore[arg-type]
+    assert capsys.readouterr().err == "san-hil lab: interrupted; the lab is still up\n"
+    assert cli._guarded(interrupted)(None) == 130  # type: ignore[arg-type]
+    assert capsys.readouterr().err == "san-hil lab: interrupted\n"
