@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)  # agents starting, saying hello, stopping, dy
 Outcome = tuple[bool, Any]
 """(True, a reply's result: decoded JSON, arbitrary) or (False, the exception its error stands for)."""
 
+# Seconds an agent may take to say hello: it imports pyverbs and starts its default process's child, about
+# 20 s in a quiet TCG guest and over 60 s while CI loads both cores (every lab test then failed at 60 s). An
+# agent that cannot start says why at once; this bounds only silence.
+START_TIMEOUT = 180.0
 MAX_NOISE_LINES = 1000  # output before the hello that is skipped (a login or interpreter printing)
 MAX_NOISE_BYTES = 1 << 20
 
@@ -55,7 +59,7 @@ class AgentClient:
     """One agent process on one host; ``call`` sends a request and waits for its reply."""
 
     def __init__(self, host: HostConfig, transport: Transport, *, call_timeout: float = 120.0,
-                 start_timeout: float = 60.0, lease: Mapping[str, object] | None = None) -> None:
+                 start_timeout: float = START_TIMEOUT, lease: Mapping[str, object] | None = None) -> None:
         self.host = host
         self.transport = transport
         self.call_timeout = call_timeout

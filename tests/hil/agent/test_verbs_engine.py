@@ -993,7 +993,7 @@ def test_agent_code_is_python39_and_standalone() -> None:
 
 @rdma
 def test_a_spawned_process_is_the_spare_started_at_the_last_spawn(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
-    """spawn_process takes the child started when the previous process was made (a pyverbs child takes
+    """spawn_process takes the child started when the previous process was spawned (a pyverbs child takes
     seconds to start in a TCG guest); a spare that died is replaced by a fresh child; close ends the spare."""
     from hil.agent.engines.verbs.engine import VerbsEngine
 
@@ -1001,8 +1001,10 @@ def test_a_spawned_process_is_the_spare_started_at_the_last_spawn(lab: Lab, monk
     engine = VerbsEngine("lab", lab.device, netdev=os.environ.get("SAN_NETDEV"), port=lab.port)
     spares = []
     try:
+        assert engine._spare is None  # none before the first spawn: the agent's hello comes sooner
+        first = engine.spawn()
         spare = engine._spare
-        assert spare is not None and spare.alive and engine.default_process.child is not spare
+        assert spare is not None and spare.alive and first.child is not spare
         process = engine.spawn()
         assert process.child is spare and process.alive and spare.hello["pid"] == spare.pid
         dead = engine._spare

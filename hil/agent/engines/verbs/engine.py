@@ -261,25 +261,26 @@ class VerbsEngine:
         self.node = VerbsNode(self, host)
         self.provider = VerbsProvider(self)
         self.proxy = VerbsProxy(self, PinnedProxy(host))
-        self.default_process = self.spawn()
+        self.default_process = self.spawn(spare=False)  # a spare only once processes are spawned: a quick hello
         self.faults = None
 
-    def spawn(self) -> VerbsProcess:
+    def spawn(self, *, spare: bool = True) -> VerbsProcess:
         """A new process: the spare child started after the last spawn when it came up, else a fresh one;
-        then the next spare starts (a pyverbs child takes seconds to start on a slow host, the spare
-        starts while the test goes on)."""
-        spare, self._spare = self._spare, None
+        then (``spare``) the next spare starts (a pyverbs child takes seconds to start on a slow host, the
+        spare starts while the test goes on)."""
+        ready, self._spare = self._spare, None
         child = None
-        if spare is not None:
+        if ready is not None:
             try:
-                child = spare.ready()
+                child = ready.ready()
             except Exception:  # whatever kept it from starting then, a fresh child meets it or not now
-                spare.kill()
+                ready.kill()
         if child is None:
             child = ChildProcess(self.device, self.port, self.address)
         process = VerbsProcess(self, child)
         self.processes.append(process)
-        self._spare = ChildProcess(self.device, self.port, self.address, wait=False)
+        if spare:
+            self._spare = ChildProcess(self.device, self.port, self.address, wait=False)
         return process
 
     def open_sockets(self) -> list[VerbsSocket]:
