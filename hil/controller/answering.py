@@ -70,10 +70,8 @@ def answering(questions: Sequence[Question]) -> Iterator[None]:
 
 def _keep(session: Session, reqs: list[tuple[object, Request]], outcomes: list[Outcome]) -> None:
     for (target, (oid, method, args)), (ok, value) in zip(reqs, outcomes, strict=True):
-        if isinstance(target, RemoteOperation):  # its completion is kept for good; not yet: not done
-            if ok:
-                target.completed(value)
-            elif isinstance(value, TimeoutError):
+        if isinstance(target, RemoteOperation):
+            if target.waited((ok, value)):
                 session.answered[oid, "done", question_key([])] = (True, False)
         else:
             session.answered[oid, method, question_key(args)] = (ok, value)

@@ -118,9 +118,7 @@ class Agent:
             (obj.oid, method, [0] if method == "wait" else []) for obj, method in asked]
         for (obj, method), (ok, value) in zip(asked, self.session.call_many(requests), strict=True):
             if method == "wait" and isinstance(obj, RemoteOperation):
-                if ok:
-                    obj.completed(value)
-                elif isinstance(value, TimeoutError):
+                if obj.waited((ok, value)):
                     self.session.known[obj.oid, "done"] = False
             elif ok:
                 self.session.known[obj.oid, method] = value

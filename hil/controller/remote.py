@@ -347,6 +347,15 @@ class RemoteOperation(Remote):
         self._completion = Completion(Status(reply["status"]), reply["bytes"])
         return self._completion
 
+    def waited(self, outcome: Outcome) -> bool:
+        """The outcome of a ``wait(0)`` asked ahead (pipelined): a completion is kept for good; True when it
+        timed out, i.e. the operation is known not to be done yet."""
+        ok, value = outcome
+        if ok:
+            self.completed(value)
+            return False
+        return isinstance(value, TimeoutError)
+
     def done(self) -> bool:
         if self._completion is None and self._call("done"):
             self.wait(0)
