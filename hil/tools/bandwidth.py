@@ -97,11 +97,14 @@ SWEEP = ("-a", "-n", str(ITERATIONS))
 
 
 def perftest_args(agent: Agent, run: Sequence[str] = SWEEP) -> list[str]:
-    """``run`` (sizes and iterations) plus what every run needs: results in Gb/s, ``agent``'s device and GID."""
+    """``run`` (sizes and iterations) plus what every run needs: results in Gb/s, ``agent``'s device, and its GID
+    or, on iWARP (which connects only through RDMA CM, as the harness does everywhere), ``-R``."""
     args = [*run, "-F", "--report_gbits"]
     if agent.host.device:
         args += ["-d", agent.host.device]
-    if agent.host.gid_index is not None:
+    if "iwarp" in agent.capabilities:
+        args.append("-R")
+    elif agent.host.gid_index is not None:
         args += ["-x", str(agent.host.gid_index)]
     return args
 

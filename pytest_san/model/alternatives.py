@@ -21,6 +21,15 @@ class Alternative:
     emulator: str  # what the emulator answers
     accepted: str  # what the model accepts (expects) instead
     why: str
+    unless: str | None = None  # a capability that deselects it (a backend with both answers as the emulator)
+
+    def applies(self, capabilities: frozenset[str]) -> bool:
+        return self.capability in capabilities and (self.unless is None or self.unless not in capabilities)
+
+    @property
+    def backend(self) -> str:
+        """Which backends take it, as README's table says."""
+        return f"`{self.capability}`" + (f" without `{self.unless}`" if self.unless else "")
 
 
 RC_QUEUE_ORDER = "rc-queue-order"
@@ -29,13 +38,17 @@ LKEY_STATUS = "unknown-lkey-status"
 SHORT_RECEIVE = "short-receive-status"
 ZERO_RDMA = "zero-byte-rdma"
 RNR_BOUNDED = "send-wait-bounded"
+READ_ONE_BUFFER = "rdma-read-one-buffer"
+ERROR_ENDS_CONNECTION = "error-ends-connection"
+STATED_FIRST = "descriptor-checked-first"
 
 ALTERNATIVES: tuple[Alternative, ...] = (
     Alternative(RC_QUEUE_ORDER, "verbs",
                 "an RDMA transfer posted while a send of the same socket waits for the peer's receive",
                 "runs at once",
                 "it waits behind the send and completes after it, in posting order",
-                "an RC send queue executes and completes in order; the waiting send holds it (RNR retry)"),
+                "an RC send queue executes and completes in order; the waiting send holds it (RNR retry)",
+                unless="iwarp"),
     Alternative(RNR_BOUNDED, "verbs",
                 "a send waiting for the peer's receive",
                 "waits until the peer posts one, or the connection ends",
@@ -43,14 +56,15 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "stays connected and learns it as below); when the peer closes about then, its end's other "
                 "operations complete ABORTED or CONNECTION_RESET",
                 "rxe (kernel 6.1) lets the retransmission timer run out during RNR retries, although rnr_retry is 7 "
-                "(retry forever); a real NIC waits"),
+                "(retry forever); a real NIC waits", unless="iwarp"),
     Alternative(LOCAL_BREAK, "verbs",
                 "a transfer refused for its own local buffers (bad handle, access or bounds)",
                 "both ends go to error; the peer's pending operations complete ABORTED",
                 "only the local end goes to error; the peer stays connected until it next sends to it "
                 "(then CONNECTION_RESET, after the transport's retries, about 2 s), and a send of the peer "
                 "already waiting completes CONNECTION_RESET",
-                "a requester's local error moves only its own QP to ERR: nothing reached the responder"),
+                "a requester's local error moves only its own QP to ERR: nothing reached the responder (on iWARP "
+                "the QP's error ends the connection: error-ends-connection)", unless="iwarp"),
     Alternative(LKEY_STATUS, "verbs",
                 "a send or rdma_write source, posted on an idle send queue, whose handle is neither registered "
                 "on the socket nor known to its process (foreign, stale, junk)",
@@ -70,6 +84,32 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "any access), else ACCESS_VIOLATION breaking only the local end",
                 "the IB spec lets a NIC skip the rkey check of a zero-length transfer and rxe never completes "
                 "a zero-length RDMA READ: the verbs provider completes it itself"),
+    Alternative(READ_ONE_BUFFER, "verbs",
+                "an rdma_read whose scatter list has more than one non-empty entry (at most the contract's 4)",
+                "reads into them all",
+                "WSAEINVAL at the call (too many buffers), nothing posted",
+                "the device scatters an RDMA read into one buffer (max_sge_rd 1: siw); a host whose device "
+                "reads into at least 4 declares rdma_read_scatter", unless="rdma_read_scatter"),
+    Alternative(ERROR_ENDS_CONNECTION, "iwarp",
+                "an error on either end of a connection: a transfer refused for its local buffers or by the "
+                "responder (another connection's, a deregistered or too small window, the wrong access), a "
+                "message into a receive too small",
+                "both ends go to error; the failing operation completes with its own status (REMOTE_OPERATION for "
+                "the send into a short receive), what else is pending on either end ABORTED",
+                "both ends go to error; an operation the responder refused (a send into a short receive "
+                "included) completes ACCESS_VIOLATION, ABORTED or CONNECTION_RESET, with 0 bytes; what else is "
+                "pending on either end ABORTED or CONNECTION_RESET",
+                "iWARP has no error completion for a requester: the responder terminates the stream (RFC 5040, "
+                "5041) and a QP in error ends its connection, so both ends learn it from the connection's end, "
+                "in either order; the verbs provider fences each write and send with a zero-length read to learn "
+                "it at all"),
+    Alternative(STATED_FIRST, "iwarp",
+                "an RDMA transfer outside the range, or without the access, that its descriptor states, whose "
+                "source holds a handle only the NIC can refuse (unknown-lkey-status)",
+                "the NIC's answer to the source's handle",
+                "ACCESS_VIOLATION: refused before it is posted, and the connection ends (error-ends-connection)",
+                "siw checks a write's bounds segment by segment and serves a read from an MR without REMOTE_READ, "
+                "so the verbs provider checks the range and access an iWARP descriptor states before posting"),
 )
 
 BY_ID = {alt.id: alt for alt in ALTERNATIVES}
@@ -77,13 +117,13 @@ BY_ID = {alt.id: alt for alt in ALTERNATIVES}
 
 def active(capabilities: Iterable[str]) -> frozenset[str]:
     """The ids of the alternatives a backend with ``capabilities`` may take."""
-    caps = set(capabilities)
-    return frozenset(alt.id for alt in ALTERNATIVES if alt.capability in caps)
+    caps = frozenset(capabilities)
+    return frozenset(alt.id for alt in ALTERNATIVES if alt.applies(caps))
 
 
 def markdown_table() -> list[str]:
     """README's table of the alternatives, one line per row."""
     lines = ["| id | backend | case | the emulator | accepted | why |", "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| `{a.id}` | `{a.capability}` | {a.case} | {a.emulator} | {a.accepted} | {a.why} |"
+    lines += [f"| `{a.id}` | {a.backend} | {a.case} | {a.emulator} | {a.accepted} | {a.why} |"
               for a in ALTERNATIVES]
     return lines

@@ -92,10 +92,14 @@ _RETURNS = {"handle": "a handle", "descriptor": "a descriptor", "op": "a pending
 class Side:
     """``world``'s backend running sequences; ``alts``: the documented alternatives it may take."""
 
-    def __init__(self, name: str, world: World, alts: frozenset[str], *, full: bool, timeout: float = 30.0) -> None:
+    def __init__(self, name: str, world: World, alts: frozenset[str], *, full: bool, timeout: float = 30.0,
+                 sends_wait: bool = True) -> None:
+        """``sends_wait``: the capability ``send_waits`` of the backend under test (the same on both sides of
+        a differential run: the model skips a send no receive waits for where it is False)."""
         self.name = name
         self.world = world
         self.alts = alts
+        self.sends_wait = sends_wait
         self.full = full
         self.timeout = timeout
         self.model: Model | None = None
@@ -115,7 +119,7 @@ class Side:
         desc_size = self.world.probe(self.socks[0])
         self.world.fresh_bytes()
         self.world.forget_bytes()  # known again when the sequence ends as the model says
-        self.model = Model(self.world.plan, self.alts, desc_size)
+        self.model = Model(self.world.plan, self.alts, desc_size, sends_wait=self.sends_wait)
         self.cost.setup += time.perf_counter() - t0
         return self.model
 

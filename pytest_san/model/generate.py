@@ -95,7 +95,7 @@ class Generator:
             peer = s.peer
             if s.state != "connected" or peer is None or (self.slow and s.dead_peer and op != "recv"):
                 continue
-            if ((op == "send" and s.has("memory", R) and len(s.sq) < 3)
+            if ((op == "send" and s.has("memory", R) and len(s.sq) < 3 and (self.model.sends_wait or peer.recvs))
                     or (op == "recv" and s.has("memory", W) and len(s.recvs) < 3)
                     or (op == "rdma_write" and s.has("memory", R) and peer.has("rdma", W))
                     or (op == "rdma_read" and s.has("memory", W) and peer.has("rdma", R))

@@ -22,8 +22,8 @@ from .transfers import TransferModel
 class Model(TransferModel):
     """One sequence's expectations, on a backend whose documented alternatives are ``alts``."""
 
-    def __init__(self, plan: Plan, alts: frozenset[str], desc_size: int) -> None:
-        super().__init__(alts, desc_size)
+    def __init__(self, plan: Plan, alts: frozenset[str], desc_size: int, *, sends_wait: bool = True) -> None:
+        super().__init__(alts, desc_size, sends_wait=sends_wait)
         self.plan = plan
         self.data = {(p, b): bytearray(initial_bytes(p, b)) for p in range(len(plan.nodes)) for b in range(2)}
         self.slots: list[tuple[MSock, MSock]] = [self._connect(i, (2 * i, 2 * i + 1)) for i in range(len(plan.slots))]
@@ -148,7 +148,7 @@ class Model(TransferModel):
         if s.sq and s.sq[0].kind == "send" and self._on(alt.RNR_BOUNDED):
             # It may have given up waiting a moment before the close: the same end either way.
             self._complete(s.sq.pop(0), {Status.ABORTED, Status.CONNECTION_RESET})
-        self._flush(s, Status.ABORTED)  # R11: pending operations complete ABORTED
+        self._flush(s, {Status.ABORTED})  # R11: pending operations complete ABORTED
         peer = s.peer
         if peer.state in ("connected", "error"):
             if peer.state == "connected" and peer.sq and peer.sq[0].kind == "send" and self._on(alt.RNR_BOUNDED):
@@ -161,7 +161,7 @@ class Model(TransferModel):
                 peer.sq.clear()
             peer.state = "disconnected"
             ex.touched.states.add(peer.id)
-            self._flush(peer, Status.CONNECTION_RESET)
+            self._flush(peer, {Status.CONNECTION_RESET})
         s.state = "closed"
         ex.touched.states.add(s.id)
         for reg in s.regs.values():  # R11: the provider released every registration

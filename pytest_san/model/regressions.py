@@ -51,4 +51,14 @@ REGRESSIONS: tuple[Regression, ...] = (
         Register(2, "memory", (0, 0, 0, 64), W, reg=2),
         Transfer(2, "recv", (((0, 0, 26, 15), Key(reg=2)),), op=3),
     )),
+    # On siw the model expected the NIC's answer to handles of another process (unknown-lkey-status) where the
+    # verbs provider first refuses a write past the range its own descriptor states (descriptor-checked-first).
+    Regression("a write past its descriptor's stated range from handles only the NIC knows are bad", (
+        Register(1, "memory", (2, 1, 35, 1), W, reg=1),
+        Register(1, "memory", (2, 1, 0, 40), R, reg=2),
+        Register(0, "rdma", (0, 1, 19, 18), W, reg=3, size=20),
+        Transfer(0, "rdma_write", (((0, 0, 63, 1), Key(reg=1)), ((0, 0, 56, 7), Key(reg=2)),
+                                   ((0, 1, 35, 2), Key(junk=1)), ((0, 1, 4, 26), Key(reg=1))),
+                 op=1, desc=Key(reg=3), offset=39),
+    )),
 )

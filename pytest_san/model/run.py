@@ -86,6 +86,7 @@ class ModelRun:
         self.alts = active(backend.capabilities)
         self.full = budget.checks == "all" or (budget.checks == "auto" and backend.name == "emulator")
         self.slow = "verbs" in backend.capabilities
+        self.sends_wait = "send_waits" in backend.capabilities
         self.world = World(backend, plan)
         self.reference = reference
         if budget.differential and reference is None:
@@ -98,10 +99,10 @@ class ModelRun:
     def _sides(self) -> list[Side]:
         # The emulator completes inside the call: waiting long for it would only delay the report.
         wait = 2.0 if self.backend.name == "emulator" else 30.0
-        sides = [Side(self.names[0], self.world, self.alts, full=self.full, timeout=wait)]
+        sides = [Side(self.names[0], self.world, self.alts, full=self.full, timeout=wait, sends_wait=self.sends_wait)]
         if self.reference is not None:
             ref = World(self.reference(len(self.world.nodes)), self.world.plan)
-            sides.append(Side(self.names[1], ref, frozenset(), full=True, timeout=2.0))
+            sides.append(Side(self.names[1], ref, frozenset(), full=True, timeout=2.0, sends_wait=self.sends_wait))
         return sides
 
     def run(self) -> Summary:

@@ -21,9 +21,10 @@ S = Status
 class TransferModel:
     """The state every part of the model shares, the transfer rules, and what completes and breaks."""
 
-    def __init__(self, alts: frozenset[str], desc_size: int) -> None:
+    def __init__(self, alts: frozenset[str], desc_size: int, *, sends_wait: bool = True) -> None:
         self.alts = alts
         self.desc_size = desc_size
+        self.sends_wait = sends_wait  # False: the backend lacks send_waits (iWARP), see transfer()
         self.data: dict[tuple[int, int], bytearray] = {}
         self.socks: dict[int, MSock] = {}
         self.keys: dict[int, KeyValue] = {}  # register step id -> the key it returned
@@ -56,9 +57,9 @@ class TransferModel:
         self.ops.pop(op.id, None)
         self.exp.done[op.id] = (frozenset(statuses), nbytes)
 
-    def _flush(self, s: MSock, status: Status) -> None:
+    def _flush(self, s: MSock, statuses: set[Status]) -> None:
         for op in s.pending():
-            self._complete(op, {status})
+            self._complete(op, statuses)
         s.recvs.clear()
         s.sq.clear()
 
@@ -67,10 +68,25 @@ class TransferModel:
         if s.state == "connected":
             s.state = "error"
             self.exp.touched.states.add(s.id)
-            self._flush(s, S.ABORTED)
+            self._flush(s, {S.ABORTED})
+
+    def _refused(self, status: Status) -> set[Status]:
+        """The statuses of an operation its responder refused: ``status``, or on iWARP what ends it there."""
+        if self._on(alt.ERROR_ENDS_CONNECTION):
+            return {S.ACCESS_VIOLATION, S.ABORTED, S.CONNECTION_RESET}
+        return {status}
 
     def _break(self, s: MSock, *, local: bool = False) -> None:
         """An error completion on ``s``: both ends go to error, or (``local``, on verbs) only this one."""
+        if self._on(alt.ERROR_ENDS_CONNECTION):  # the connection ends: each end learns it its own way
+            self.exp.alternatives.add(alt.ERROR_ENDS_CONNECTION)
+            for end in (s, s.peer):
+                assert end is not None
+                if end.state == "connected":
+                    end.state = "error"
+                    self.exp.touched.states.add(end.id)
+                    self._flush(end, {S.ABORTED, S.CONNECTION_RESET})
+            return
         self._fail(s)
         peer = s.peer
         assert peer is not None
@@ -147,8 +163,18 @@ class TransferModel:
             errors.add("WSAEINVAL")
         if s.state != "closed" and any(v[0] != s.proc for v in views):  # R5: another process's memory
             errors.add("WSAEFAULT")
+        if not errors and step.kind == "rdma_read" and self._on(alt.READ_ONE_BUFFER) and sum(
+                1 for v in views if v[3]) > 1:
+            ex.alternatives.add(alt.READ_ONE_BUFFER)
+            errors.add("WSAEINVAL")
         if errors:
             ex.raises = frozenset(errors)
+            return
+        if step.kind == "send" and not self.sends_wait and s.peer.state == "connected" and not s.peer.recvs:
+            # Without send_waits (iWARP: no receiver-not-ready flow control) such a send ends the connection,
+            # racing the next step; a WSD switch never sends without a credit for a posted receive. Both
+            # sides of a differential run skip it (the sequence goes on without it).
+            ex.skip = "a send the peer has posted no receive for, on a backend without send_waits"
             return
         ex.returns = "op"
         op = MOp(step.op, step.kind, s, views, [], desc=desc, offset=step.offset)
@@ -172,7 +198,7 @@ class TransferModel:
         if stated is not None and 0 <= op.offset <= stated:
             self._complete(op, {S.SUCCESS})
         else:
-            self._complete(op, {S.ACCESS_VIOLATION})
+            self._complete(op, {S.ACCESS_VIOLATION})  # refused by the initiator's provider itself
             self._break(op.sock, local=True)
 
     def _post(self, op: MOp) -> None:
@@ -232,13 +258,18 @@ class TransferModel:
         win = peer.live("rdma", op.desc)
         remote_ok = (win is not None and bool(win.access & (W if write else R)) and op.offset >= 0
                      and op.offset + op.nbytes <= win.view[3])
+        if op.nic_bad and self._on(alt.STATED_FIRST) and not self._within_stated(op):
+            self.exp.alternatives.add(alt.STATED_FIRST)  # the provider's own check, before the NIC's
+            self._complete(op, {S.ACCESS_VIOLATION})
+            self._break(s)
+            return
         if op.nic_bad:  # the NIC fails to read the source before anything leaves
             self.exp.alternatives.add(alt.LKEY_STATUS)
             self._complete(op, {S.LOCAL_PROTECTION, S.REMOTE_OPERATION})
             self._break(s, local=self._on(alt.LOCAL_BREAK))
             return
         if not remote_ok:
-            self._complete(op, {S.ACCESS_VIOLATION})
+            self._complete(op, self._refused(S.ACCESS_VIOLATION))
             self._break(s)
             return
         assert win is not None
@@ -250,6 +281,12 @@ class TransferModel:
             self._scatter(op.views, self._gather(remote))
         self._complete(op, {S.SUCCESS}, op.nbytes)
 
+    def _within_stated(self, op: MOp) -> bool:
+        """``op`` lies inside the range and has the access that its descriptor states (whatever became of it)."""
+        need = W if op.kind == "rdma_write" else R
+        return any(r.kind == "rdma" and r.key == op.desc and r.access & need
+                   and 0 <= op.offset <= r.view[3] - op.nbytes for r in self.regs.values())
+
     def _deliver(self, send: MOp, recv: MOp) -> None:
         self.ops.pop(send.id, None)
         self.ops.pop(recv.id, None)
@@ -260,7 +297,7 @@ class TransferModel:
                 self.exp.alternatives.add(alt.SHORT_RECEIVE)
                 statuses.add(S.REMOTE_OPERATION)
             self._complete(recv, statuses)
-            self._complete(send, {S.REMOTE_OPERATION})
+            self._complete(send, self._refused(S.REMOTE_OPERATION))
             self._break(recv.sock)
             return
         self._scatter(recv.views, self._gather(send.views))

@@ -42,7 +42,15 @@ def test_every_alternative_is_used_by_the_model() -> None:
 
 
 def test_alternatives_follow_the_capability() -> None:
-    assert alternatives.active({"verbs", "rdma_read"}) == {a.id for a in alternatives.ALTERNATIVES}
+    a = alternatives
+    everything = {alt.id for alt in a.ALTERNATIVES}
+    assert a.active({"verbs", "rdma_read"}) == everything - {a.ERROR_ENDS_CONNECTION, a.STATED_FIRST}
+    rxe = {"verbs", "rdma_read", "send_waits", "rdma_read_scatter", "memory_windows"}
+    assert a.active(rxe) == everything - {a.ERROR_ENDS_CONNECTION, a.READ_ONE_BUFFER, a.STATED_FIRST}
+    siw = {"verbs", "rdma_read", "iwarp"}  # what a siw host declares (max_sge_rd 1, no RNR)
+    assert a.active(siw) == {a.LKEY_STATUS, a.SHORT_RECEIVE, a.ZERO_RDMA, a.READ_ONE_BUFFER,
+                             a.ERROR_ENDS_CONNECTION, a.STATED_FIRST}
+    assert a.active({"iwarp", "rdma_read"}) == {a.ERROR_ENDS_CONNECTION, a.STATED_FIRST}
     assert alternatives.active(EmulatorBackend().capabilities) == frozenset()
     assert alternatives.active({"hil", "rdma_read"}) == frozenset()  # emulator-engine agents answer as in-process
 
@@ -132,3 +140,79 @@ def test_a_give_up_seen_with_a_step_is_not_compared_with_the_other_backend() -> 
     assert step.answer() == emulator.answer()
     emulator.done[5] = "ABORTED"
     assert step.answer() != emulator.answer()
+
+
+def _model(alts: frozenset[str], *, sends_wait: bool = True) -> Any:
+    from pytest_san.model.reference import Model
+    from pytest_san.model.steps import Register, plan_for
+
+    model = Model(plan_for(2), alts, 20, sends_wait=sends_wait)
+    for sock, proc, handle in ((0, 0, 0x1234), (1, 2, 0x5678)):  # slot 0 joins processes 0 and 2
+        reg = Register(sock, "memory", (proc, 0, 0, 64), 3, reg=sock + 1)
+        model.apply(reg)
+        model.bind(reg, handle)
+    return model
+
+
+def test_a_read_into_several_buffers_is_refused_where_the_device_reads_into_one() -> None:
+    from pytest_san.model.steps import Key, Register, Transfer
+
+    def read(alts: frozenset[str], entries: int) -> Any:
+        model = _model(alts)
+        window = Register(1, "rdma", (2, 1, 0, 40), 3, reg=3)
+        model.apply(window)
+        model.bind(window, b"\1" * 20)
+        views = tuple(((0, 0, 8 * i, 8), Key(reg=1)) for i in range(entries))
+        return model.apply(Transfer(0, "rdma_read", views, op=1, desc=Key(reg=3)))
+
+    one = alternatives.active({"verbs", "iwarp"})
+    assert read(one, 2).raises == {"WSAEINVAL"} and alternatives.READ_ONE_BUFFER in read(one, 2).alternatives
+    assert read(one, 1).returns == "op"
+    scatter = alternatives.active({"verbs", "iwarp", "rdma_read_scatter"})
+    assert read(scatter, 2).returns == "op" and read(frozenset(), 4).returns == "op"
+
+
+def test_on_iwarp_an_error_ends_the_connection() -> None:
+    """A transfer refused for its local buffers: on IB/RoCE only its end goes to error (the peer's receive
+    stays pending); on iWARP the connection ends, the peer's receive completing ABORTED or CONNECTION_RESET."""
+    from pytest_san.contract import Status
+    from pytest_san.model.steps import Key, Transfer
+
+    def refused(alts: frozenset[str]) -> Any:
+        model = _model(alts)
+        model.apply(Transfer(1, "recv", (((2, 0, 0, 8), Key(reg=2)),), op=1))
+        exp = model.apply(Transfer(0, "send", (((0, 1, 0, 8), Key(reg=1)),), op=2))  # outside the registration
+        return model, exp
+
+    model, exp = refused(alternatives.active({"verbs", "send_waits"}))
+    assert exp.done == {2: (frozenset({Status.LOCAL_PROTECTION}), 0)}
+    assert (model.socks[0].state, model.socks[1].state) == ("error", "connected")
+    model, exp = refused(alternatives.active({"verbs", "iwarp"}))
+    assert exp.done == {2: (frozenset({Status.LOCAL_PROTECTION}), 0),
+                        1: (frozenset({Status.ABORTED, Status.CONNECTION_RESET}), 0)}
+    assert (model.socks[0].state, model.socks[1].state) == ("error", "error")
+    assert alternatives.ERROR_ENDS_CONNECTION in exp.alternatives
+
+
+def test_without_send_waits_a_send_no_receive_waits_for_is_skipped() -> None:
+    from pytest_san.model.steps import Key, Transfer
+
+    send = Transfer(0, "send", (((0, 0, 0, 8), Key(reg=1)),), op=2)
+    assert _model(frozenset()).apply(send).returns == "op"
+    model = _model(frozenset(), sends_wait=False)
+    assert model.apply(send).skip
+    model.apply(Transfer(1, "recv", (((2, 0, 0, 8), Key(reg=2)),), op=1))
+    assert model.apply(send).returns == "op"
+
+
+class _ClaimsIwarp(_ClaimsVerbs):
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return (self._base.capabilities | {"verbs", "iwarp"}) - {"send_waits", "rdma_read_scatter"}
+
+
+def test_the_iwarp_alternatives_are_expected_too() -> None:
+    claimed = ModelRun(_ClaimsIwarp(EmulatorBackend()), Budget(sequences=30, steps=40, seed=4),  # type: ignore[arg-type]
+                       log=_quiet).run()
+    assert claimed.divergences, "the emulator passed as an iWARP backend"
+    assert {alternatives.ERROR_ENDS_CONNECTION, alternatives.READ_ONE_BUFFER} & set(claimed.alternatives)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hil.controller.backend import HilBackend
+from pytest_san.model.regressions import REGRESSIONS
 from pytest_san.model.run import Budget, ModelRun
 from pytest_san.model.steps import plan_for
 from tests.support.lab_hosts import host_configs, write_inventory
@@ -57,5 +58,6 @@ def test_model_from_the_command_line(pytester: pytest.Pytester, sshd: SshServer,
     result.assert_outcomes(passed=1)
     model = json.loads(report.read_text())["model"]
     assert (model["backend"], model["sequences"], model["steps"], model["divergences"]) == ("hil", 3, 30, [])
-    result.stdout.fnmatch_lines(["*model on hil: 3 sequences, 30 steps, 4 regressions, 0 divergence(s)*",
+    regressions = len(REGRESSIONS)
+    result.stdout.fnmatch_lines([f"*model on hil: 3 sequences, 30 steps, {regressions} regressions, 0 divergence(s)*",
                                  "*ms a step*"])

@@ -268,8 +268,13 @@ def test_ib_write_bw_runs_over_the_transport(tmp_path: Path, monkeypatch: pytest
         agent = backend.agents[0]
         assert bandwidth.has_ib_write_bw(agent)
         assert bandwidth.measure_ib_write_bw(agent, agent) == [(2, 0.009), (4096, 2.47), (8388608, 9.05)]
+        expected = ["-a", "-n", "20", "-F", "--report_gbits", "-d", "rxe0", "-x", "1"]
+        assert (fake.parent / "server-args").read_text().split() == expected
+        assert (fake.parent / "client-args").read_text().split()[-3:] == ["-x", "1", "127.0.0.1"]
+        # An iWARP host (its agent says so) connects through RDMA CM: -R, and no GID index.
+        agent.capabilities = agent.capabilities | {"iwarp"}
+        assert bandwidth.measure_ib_write_bw(agent, agent) == [(2, 0.009), (4096, 2.47), (8388608, 9.05)]
+        assert (fake.parent / "server-args").read_text().split() == [*expected[:-2], "-R"]
+        assert (fake.parent / "client-args").read_text().split()[-2:] == ["-R", "127.0.0.1"]
     finally:
         backend.close()
-    expected = ["-a", "-n", "20", "-F", "--report_gbits", "-d", "rxe0", "-x", "1"]
-    assert (fake.parent / "server-args").read_text().split() == expected
-    assert (fake.parent / "client-args").read_text().split()[-3:] == ["-x", "1", "127.0.0.1"]

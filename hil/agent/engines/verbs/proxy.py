@@ -21,6 +21,7 @@ from pytest_san.contract import (
     DO_DIRECT_IO,
     FOUR_GIB,
     MAX_DESCRIPTION_VERSION,
+    MAX_SGE,
     PAGE_SIZE,
     CacheType,
     SanError,
@@ -367,13 +368,16 @@ class PinnedProxy:
 def host_capabilities(proxy: PinnedProxy, hello: dict[str, Any] | None = None) -> frozenset[str]:
     """Capabilities to declare for a host: "verbs", "rdma_read"; "memory_windows" when its children
     bind type-2 windows; "send_waits" on IB and RoCE (receiver-not-ready flow control: a send waits for
-    the peer's receive; iWARP ends the connection instead); plus what the proxy really gives. Never
-    "nolowmem" nor "faults"."""
+    the peer's receive; iWARP ends the connection instead), "iwarp" on iWARP; "rdma_read_scatter" when
+    the device scatters an RDMA read into the contract's MAX_SGE buffers (its max_sge_rd); plus what the
+    proxy really gives. Never "nolowmem" nor "faults"."""
     caps = {"verbs", "rdma_read"}
     if hello is not None and hello.get("mw_mode") == "mw2":
         caps.add("memory_windows")
-    if hello is not None and hello.get("transport") != "iwarp":
-        caps.add("send_waits")
+    if hello is not None:
+        caps.add("iwarp" if hello.get("transport") == "iwarp" else "send_waits")
+        if int(hello.get("max_sge_rd", 0)) >= MAX_SGE:
+            caps.add("rdma_read_scatter")
     caps |= proxy.capabilities()
     if "contiguous" in caps:
         caps.add("dma_adapter")  # common buffers come from the same hugetlb pages
