@@ -128,8 +128,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_lab_commands(commands: Any) -> None:
     """Add ``lab`` and its subcommands to ``san-hil``'s subparsers (``commands``)."""
-    lab = commands.add_parser("lab", help="a Soft-RoCE lab of qemu guests on this machine (virtme-ng)",
-                              description="Boot, inspect, use and remove a Soft-RoCE lab on this machine.")
+    lab = commands.add_parser("lab", help="a Soft-RoCE (or Soft-iWARP) lab of qemu guests here (virtme-ng)",
+                              description="Boot, inspect, use and remove a Soft-RoCE or Soft-iWARP lab on this "
+                                          "machine.")
     sub = lab.add_subparsers(dest="lab_command", metavar="LAB_COMMAND", required=True)
 
     p = sub.add_parser("up", help="boot the guests and write an inventory for them")
