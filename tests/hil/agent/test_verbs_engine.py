@@ -29,6 +29,7 @@ from hil.agent.engines.verbs.child import serve
 from pytest_san.contract import (
     DESCRIPTOR_SIZE,
     DO_DIRECT_IO,
+    MAX_SGE,
     PAGE_SIZE,
     QUEUE_DEPTH,
     RDMA_THRESHOLD,
@@ -230,7 +231,10 @@ def test_child_opens_the_device_with_its_capabilities(spawn: Callable[..., host.
     assert hello["mw_mode"] == ("mw2" if hello["device_has_mw2"] else "mr")
     assert ("memory_windows" in host.host_capabilities(host.PinnedProxy(), hello)) == hello["device_has_mw2"]
     # A send waits for the peer's receive on IB and RoCE (RNR retry); iWARP ends the connection instead.
-    assert ("send_waits" in host.host_capabilities(host.PinnedProxy(), hello)) == (hello["transport"] == "ib")
+    caps = host.host_capabilities(host.PinnedProxy(), hello)
+    assert ("send_waits" in caps) == (hello["transport"] == "ib") == ("iwarp" not in caps)
+    # The model's one-buffer-read alternative follows the device's max_sge_rd (siw: 1), never its name.
+    assert ("rdma_read_scatter" in caps) == (hello["max_sge_rd"] >= MAX_SGE)
     record("DEVICE", f"device {lab.device} on {lab.netdev} {lab.address} enums {hello['enums']}: transport "
                      f"{hello['transport']}, mw_mode {hello['mw_mode']}, max_sge {hello['max_sge']}, max_sge_rd "
                      f"{hello['max_sge_rd']}, MTU enum {hello['mtu']}, atomic_cap {hello['atomic_cap']}")
