@@ -233,3 +233,20 @@ class Answering(Protocol):
     many questions in a row (``pytest_san.model``) asks them this way."""
 
     def answering(self, questions: Sequence[Question]) -> AbstractContextManager[None]: ...
+
+
+Call = tuple[object, str, tuple[object, ...]]
+"""(an object of the backend, the name of one of its methods, the arguments): e.g. ``(process, "alloc", (4096,))``,
+``(provider, "register_memory", (socket, buffer, Access.READ))``, ``(provider, "recv", (socket, buffers))``."""
+
+Outcome = tuple[bool, object]
+"""(True, what the call returned) or (False, the exception it raised)."""
+
+
+@runtime_checkable
+class Pipelining(Protocol):
+    """Optional, for a backend whose every call is a round trip (hil): ``together(calls)`` makes each call as
+    if alone, those on one host in the order given (hosts at once), and returns each one's outcome; the calls
+    go out together (one round trip per host). The switch builds a connection's end this way."""
+
+    def together(self, calls: Sequence[Call]) -> list[Outcome]: ...

@@ -12,13 +12,26 @@ from hil.controller.client import AgentClient, Outcome
 from hil.controller.errors import AgentError
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
 from hil.controller.remote import Remote, RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
+from hil.controller.together import together
 from hil.inventory import HostConfig
 from hil.rpc.codec import referenced
 from hil.transport import Transport, open_transport
 
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
-from pytest_san.protocols import Answering, Backend, Faults, Node, Process, Provider, Proxy, Question, Socket
+from pytest_san.protocols import (
+    Answering,
+    Backend,
+    Call,
+    Faults,
+    Node,
+    Pipelining,
+    Process,
+    Provider,
+    Proxy,
+    Question,
+    Socket,
+)
 from pytest_san.types import Leak
 
 log = logging.getLogger(__name__)  # resets, and dead agents replaced
@@ -207,6 +220,10 @@ class HilBackend:
             sock_b.on_close = lambda: agent_a.session.void(agent_a.engine, "peer_closed", sock_a)
         return sock_a, sock_b
 
+    def together(self, calls: Sequence[Call]) -> list[Outcome]:
+        """``calls`` made together, one round trip per host (pytest_san.protocols.Pipelining)."""
+        return together(calls)
+
     def answering(self, questions: Sequence[Question]) -> contextlib.AbstractContextManager[None]:
         """``questions`` asked of every agent at once (pytest_san.protocols.Answering)."""
         return answering(questions)
@@ -345,6 +362,7 @@ class RemoteFaults:
 if TYPE_CHECKING:
     def _is_backend(b: HilBackend) -> Backend: return b
     def _is_answering(b: HilBackend) -> Answering: return b
+    def _is_pipelining(b: HilBackend) -> Pipelining: return b
     def _is_faults(f: RemoteFaults) -> Faults: return f
 
 

@@ -264,7 +264,7 @@ class RemoteProcess(Remote):
         return bool(self._call("alive"))
 
     def alloc(self, nbytes: int) -> RemoteBuffer:
-        return self.session.buffer(self._call("alloc", nbytes))
+        return _as_buffer(self.session, self._call("alloc", nbytes))
 
     def buffer_at(self, address: int, length: int) -> RemoteBuffer:
         """Any range, mapped or not, even of a negative length (providers refuse those)."""
@@ -391,10 +391,10 @@ class RemoteProvider(Remote):
         return self._rdma_read
 
     def _op(self, method: str, *args: object) -> RemoteOperation:
-        return self.session.obj(self._call(method, *args), RemoteOperation)
+        return _as_operation(self.session, self._call(method, *args))
 
     def register_memory(self, socket: Socket, buffer: Buffer, access: Access) -> Handle:
-        return int(self._call("register_memory", socket, buffer, access))
+        return _as_handle(self.session, self._call("register_memory", socket, buffer, access))
 
     def deregister_memory(self, socket: Socket, handle: Handle) -> None:
         self.session.void(self.oid, "deregister_memory", socket, handle)
@@ -510,6 +510,28 @@ class RemoteProxy(Remote):
 
     def live_allocations(self) -> int:
         return int(self._call("live_allocations"))
+
+
+def _as_buffer(session: Session, reply: Any) -> RemoteBuffer:
+    return session.buffer(reply)
+
+
+def _as_handle(session: Session, reply: Any) -> int:
+    return int(reply)
+
+
+def _as_operation(session: Session, reply: Any) -> RemoteOperation:
+    return session.obj(reply, RemoteOperation)
+
+
+PIPELINED: dict[tuple[type[Remote], str], Callable[[Session, Any], object]] = {
+    (RemoteProcess, "alloc"): _as_buffer,
+    (RemoteProvider, "register_memory"): _as_handle,
+    (RemoteProvider, "recv"): _as_operation,
+    (RemoteProvider, "send"): _as_operation,
+}
+"""The calls ``HilBackend.together`` sends as they are (the stand-in's method only sends them and reads the
+reply so): each reply becomes what the stand-in returns."""
 
 
 # mypy checks each stand-in against the protocol it stands in for (no runtime cost).

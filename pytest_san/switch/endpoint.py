@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import SanError, WsaError
-from ..protocols import Buffer, PendingOperation, Process, Provider, Proxy, Socket
+from ..protocols import Buffer, Outcome, PendingOperation, Process, Provider, Proxy, Socket
+from ..together import first_failure, together
 from ..types import SO_MAX_RDMA_SIZE, Access, Status
 from .session import HEADER, Kind, Message, parse_src_avail, src_avail
 
@@ -71,17 +72,32 @@ class Endpoint:
         self.awaiting_sink: collections.deque[_Outgoing] = collections.deque()  # write mode, sender side
         self.writing: collections.deque[_Outgoing] = collections.deque()  # write mode, writes in flight
         try:
-            # R9: exactly two virtually contiguous regions, one per direction.
-            self.send_region = process.alloc(count * size)
-            self.recv_region = process.alloc(count * size)
-            self.send_handle = self._call("register_memory", self.send_region, Access.READ)
-            self.recv_handle = self._call("register_memory", self.recv_region, Access.WRITE)
-            self.send_slots = [self.send_region.view(i * size, size) for i in range(count)]
-            for slot in range(count):
-                self._post_recv(slot)
+            self._build(count, size)
         except BaseException as exc:
             self.abandon(exc)  # all or nothing: what was built is released before the failure is raised
             raise
+
+    def _build(self, count: int, size: int) -> None:
+        """R9: exactly two virtually contiguous regions, one per direction, registered, and a receive posted
+        in each slot. Each step's calls are made together (on a lab: one round trip for the two allocations,
+        one for the registrations, one for the receives); what succeeded is kept for ``abandon`` to release
+        before the first failure is raised."""
+        backend = self.conn.switch.backend
+        regions = together(backend, [(self.process, "alloc", (count * size,))] * 2)
+        _raise_first(regions)
+        self.send_region, self.recv_region = (cast(Buffer, value) for _, value in regions)
+        self.conn.trace += [(self.name, "register_memory")] * 2
+        handles = together(backend, [(self.provider, "register_memory", (self.socket, self.send_region, Access.READ)),
+                                     (self.provider, "register_memory", (self.socket, self.recv_region, Access.WRITE))])
+        (sent, send_handle), (received, recv_handle) = handles
+        self.send_handle = cast(int, send_handle) if sent else None
+        self.recv_handle = cast(int, recv_handle) if received else None
+        _raise_first(handles)
+        self.send_slots = [self.send_region.view(i * size, size) for i in range(count)]
+        posts = together(backend, [(self.provider, "recv", (self.socket, [(self._recv_slot(slot), self.recv_handle)]))
+                                   for slot in range(count)])
+        self.recvs.extend((slot, cast(PendingOperation, op)) for slot, (ok, op) in enumerate(posts) if ok)
+        _raise_first(posts)
 
     # -- provider calls, traced so a scenario can see what the switch asked for (R9, R10)
 
@@ -89,12 +105,14 @@ class Endpoint:
         self.conn.trace.append((self.name, method))
         return getattr(self.provider, method)(self.socket, *args)
 
-    def _post_recv(self, slot: int) -> None:
+    def _recv_slot(self, slot: int) -> Buffer:
         size = self.conn.message_size
-        buf = self.recv_region.view(slot * size, size)
+        return self.recv_region.view(slot * size, size)
+
+    def _post_recv(self, slot: int) -> None:
         handle = self.recv_handle
         assert handle is not None
-        self.recvs.append((slot, self.provider.recv(self.socket, [(buf, handle)])))
+        self.recvs.append((slot, self.provider.recv(self.socket, [(self._recv_slot(slot), handle)])))
 
     # -- the application's side
 
@@ -321,6 +339,12 @@ class Endpoint:
     def idle(self) -> bool:
         """Nothing of ours is waiting to be sent or transferred."""
         return not (self.outbox or self.awaiting_read or self.awaiting_sink or self.writing or self.reading)
+
+
+def _raise_first(outcomes: list[Outcome]) -> None:
+    failure = first_failure(outcomes)
+    if failure is not None:
+        raise failure
 
 
 def add_note(failure: BaseException, note: str) -> None:

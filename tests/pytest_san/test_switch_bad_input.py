@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_san import SanError, Switch, WsaError
+from pytest_san import Access, SanError, Switch, WsaError
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.emulator.provider import QUEUE_DEPTH
 
@@ -197,3 +197,33 @@ def test_recv_times_out_even_while_the_ends_keep_moving(backend: EmulatorBackend
         conn.remote.recv(1, timeout=0.2)
     monkeypatch.undo()
     switch.close_all()
+
+
+def test_calls_made_together_keep_each_outcome() -> None:
+    """pytest_san.together without a Pipelining backend: each call in turn, a failure kept as its outcome
+    without stopping the ones after it (what a pipelined backend does too)."""
+    from pytest_san.together import first_failure, together
+
+    backend = EmulatorBackend()
+    node = backend.nodes[0]
+    process = node.default_process
+    sock, _ = backend.connect_sockets(process, node.spawn_process())
+    buf = process.alloc(64)
+    outcomes = together(backend, [(node.provider, "register_memory", (sock, buf, Access.READ)),
+                                  (node.provider, "register_memory", (sock, buf, 9)),
+                                  (process, "alloc", (16,))])
+    assert [ok for ok, _ in outcomes] == [True, False, True]
+    failure = first_failure(outcomes)
+    assert isinstance(failure, SanError) and failure.code is WsaError.WSAEINVAL
+    assert [r.refs for r in node.provider.registrations(sock)] == [1]
+
+
+def test_a_connect_whose_receives_cannot_all_be_posted_releases_everything() -> None:
+    """The end's receives are posted together; one refused (the queue is full) undoes the whole connect."""
+    backend = EmulatorBackend()
+    switch = Switch(backend)
+    with pytest.raises(SanError) as failed:
+        switch.connect(message_count=QUEUE_DEPTH + 1)
+    assert failed.value.code is WsaError.WSAENETDOWN
+    assert backend.leaks() == [] and switch.connections == []
+    assert all(node.proxy.live_allocations() == 0 for node in backend.nodes)

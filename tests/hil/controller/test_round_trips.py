@@ -170,6 +170,60 @@ def test_questions_asked_together_cost_one_round_trip_and_answer_as_asked_alone(
         backend.close()
 
 
+def test_the_switch_builds_a_connection_in_a_few_round_trips(sshd_host: HostConfig) -> None:
+    """switch.connect(): the sockets (connect_local: one round trip on one host), the threshold, then per end
+    its two allocations, its two registrations and its eight receives, each group together (was 26 in all,
+    and one more for a process passed in: isinstance() on a runtime protocol read its ``alive``)."""
+    backend = HilBackend([sshd_host])
+    try:
+        switch = Switch(backend)
+        node = backend.nodes[0]
+        assert node.default_process.alive
+        peer = node.spawn_process()
+        before = backend.round_trips()[sshd_host.name]
+        conn = switch.connect(peer=peer)  # no question of its own about peer (is it a process, a node?)
+        assert backend.round_trips()[sshd_host.name] - before == 1 + 1 + 2 * 3
+        assert [m for _, m in conn.trace] == ["register_memory"] * 4
+        conn.local.send(b"together")
+        assert conn.remote.recv(8) == b"together"
+        conn.close()
+        assert backend.leaks() == []
+    finally:
+        backend.close()
+
+
+def test_a_failed_call_among_those_made_together_is_its_own(sshd_host: HostConfig) -> None:
+    """HilBackend.together: each call's outcome is its own (a failure does not stop or spoil the others) and
+    a failed build of a connection's end releases what the others built (all or nothing)."""
+    from pytest_san import SanError, WsaError
+    from pytest_san.contract import QUEUE_DEPTH
+
+    backend = HilBackend([sshd_host])
+    try:
+        node = backend.nodes[0]
+        p = node.default_process
+        a, _ = backend.connect_sockets(p, node.spawn_process())
+        buf = p.alloc(64)
+        before = backend.round_trips()[sshd_host.name]
+        outcomes = backend.together([(node.provider, "register_memory", (a, buf, Access.READ)),
+                                     (node.provider, "register_memory", (a, buf, 7)),
+                                     (p, "alloc", (32,))])
+        assert backend.round_trips()[sshd_host.name] - before == 1
+        (ok0, handle), (ok1, error), (ok2, more) = outcomes
+        assert ok0 and isinstance(handle, int) and not ok1 and ok2
+        assert isinstance(error, SanError) and error.code is WsaError.WSAEINVAL
+        assert more.length == 32 and more.process is p  # type: ignore[attr-defined]
+        assert [r.refs for r in node.provider.registrations(a)] == [1]
+        # A connect whose receives cannot all be posted (the receive queue holds QUEUE_DEPTH) releases everything.
+        with pytest.raises(SanError) as failed:
+            Switch(backend).connect(message_count=QUEUE_DEPTH + 1)
+        assert failed.value.code is WsaError.WSAENETDOWN
+        node.provider.close_socket(a)
+        assert backend.leaks() == []
+    finally:
+        backend.close()
+
+
 @pytest.fixture
 def sshd_host(sshd: object, tmp_path: Path) -> HostConfig:
     host: HostConfig = sshd.host_config(name="lab1", engine="emulator", loopback=True)  # type: ignore[attr-defined]
