@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from hil.controller.client import AgentClient, Outcome
 from hil.rpc.codec import Codec, buffer_fields, buffer_ref, object_ref, referenced
 from pytest_san.burst import DEPTH, BurstProvider
+from pytest_san.contract import is_int
 from pytest_san.protocols import (
     Allocation,
     Buffer,
@@ -205,10 +206,8 @@ class Session:
 def _int(value: object, what: str) -> int:
     """``value`` if it is an integer (an int subclass as its int, never a bool); else a TypeError naming
     ``what`` (as the emulator's process and buffer methods check it)."""
-    if type(value) is int:
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return int(value)
+    if is_int(value):
+        return int(cast(int, value))
     raise TypeError(f"{what} must be an integer, got {value!r:.80}")
 
 
