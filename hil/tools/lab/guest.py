@@ -123,7 +123,11 @@ boot() {
             for dep in $(modinfo -F depends "$SIW_KO" | tr ',' ' '); do
                 modprobe "$dep" || fail "modprobe $dep (for siw.ko) failed"
             done
-            insmod "$SIW_KO" || fail "insmod $SIW_KO failed: $(dmesg | tail -n 3)" ;;
+            insmod "$SIW_KO" || fail "insmod $SIW_KO failed: $(dmesg | tail -n 3)"
+            # iWARP runs over TCP: a peer that vanished (its link down) is noticed only when TCP gives up
+            # retransmitting, after about 15 min with the default tcp_retries2 of 15; 5 gives up after
+            # about 13 s, as RoCE's retry count does within seconds.
+            echo 5 >/proc/sys/net/ipv4/tcp_retries2 || fail "cannot set net.ipv4.tcp_retries2 to 5" ;;
         *) fail "unknown provider $PROVIDER" ;;
     esac
     rdma link add "$DEV" type "$PROVIDER" netdev "$LAB" || fail "rdma link add $DEV on $LAB failed"

@@ -327,6 +327,15 @@ def test_rdma_write_read_send_recv_succeed(spawn: Callable[..., host.ChildProces
         assert not a.call("op_done", op_id=send)  # no receive posted yet: the send waits (RNR), as in the contract
         recv = b.call("recv", socket=sb, buffers=[[rbuf, 8192, hr]])
         assert wait(a, send)["status"] == 0 and wait(b, recv) == {"status": 0, "bytes": 50}
+    # A zero-byte message (empty scatter lists, or only zero-length entries): a work request of no SGE at all
+    # (the SPI fuzz on siw found pyverbs refusing one), then the connection still carries data.
+    for send_list, recv_list in (([], []), ([[src, 0, h]], [[rbuf, 0, hr]])):
+        recv = b.call("recv", socket=sb, buffers=recv_list)
+        send = a.call("send", socket=sa, buffers=send_list)
+        assert wait(a, send) == {"status": 0, "bytes": 0} and wait(b, recv) == {"status": 0, "bytes": 0}
+    recv = b.call("recv", socket=sb, buffers=[[rbuf, 8192, hr]])
+    assert wait(a, a.call("send", socket=sa, buffers=[[src, 10, h]])) == {"status": 0, "bytes": 10}
+    assert wait(b, recv) == {"status": 0, "bytes": 10} and b.read(rbuf, 10) == DATA[:10]
     a.call("close_socket", socket=sa)
     b.call("close_socket", socket=sb)
 

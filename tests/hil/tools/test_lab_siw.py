@@ -369,7 +369,10 @@ def siw_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[HostCon
 
 
 class _Host:
-    """What bandwidth.measure_ib_write_bw uses of an Agent (its host and transport), without the agent."""
+    """What bandwidth.measure_ib_write_bw uses of an Agent (its host, transport and capabilities: what a siw
+    host's agent declares), without the agent."""
+
+    capabilities = frozenset({"verbs", "iwarp"})
 
     def __init__(self, host: HostConfig) -> None:
         from hil.transport import open_transport
@@ -393,13 +396,17 @@ def test_siw_lab_guests_have_siw0_and_no_rxe0(siw_hosts: list[HostConfig]) -> No
             assert [g for g in gids if g.strip("0:")] and gids[0].strip("0:"), gids  # GID 0 is set (MAC-based)
             rxe = t.run(["sh", "-c", "grep -c '^rdma_rxe ' /proc/modules || true"], timeout=60).stdout.strip()
             assert rxe == "0"  # not even loaded
+            # TCP gives up on a vanished peer within seconds, not 15 minutes (test_lab_faults on iWARP).
+            retries = t.run(["cat", "/proc/sys/net/ipv4/tcp_retries2"], timeout=60).stdout.strip()
+            assert retries == "5", retries
 
 
 @pytest.mark.slow
 def test_ib_write_bw_through_rdma_cm_between_the_siw_guests(siw_hosts: list[HostConfig]) -> None:
     client, server = _Host(siw_hosts[0]), _Host(siw_hosts[1])
     try:
-        rows = bandwidth.measure_ib_write_bw(cast(Any, client), cast(Any, server), ("-R", "-s", "65536", "-n", "200"),
+        # -R (RDMA CM, the only way iWARP connects) is added for an iWARP host, as benchmarks/lab.py relies on.
+        rows = bandwidth.measure_ib_write_bw(cast(Any, client), cast(Any, server), ("-s", "65536", "-n", "200"),
                                              timeout=300)
     finally:
         client.transport.close()
