@@ -26,6 +26,7 @@ import pytest
 
 from hil.agent.engines.verbs import host
 from hil.agent.engines.verbs.child import serve
+from hil.rpc.codec import Opaque
 from pytest_san.contract import (
     DESCRIPTOR_SIZE,
     DO_DIRECT_IO,
@@ -638,6 +639,13 @@ def test_bad_input_is_refused_before_anything_changes(spawn: Callable[..., host.
                                         descriptor=desc, offset=0)).code == WsaError.WSAEINVAL
     assert san_error(lambda: a.call("rdma_write", socket=sa, buffers=[[src, 16, h]], descriptor=desc,
                                     offset=True)).code == WsaError.WSAEINVAL
+    # What the controller could not send as itself (a memoryview descriptor) reaches the engine as an Opaque:
+    # the child refuses it as the emulator refuses the object (it once escaped as the agent's TypeError).
+    for junk in (Opaque("<memory at 0x7f>"), object()):
+        assert san_error(lambda j=junk: a.call("rdma_write", socket=sa, buffers=[[src, 16, h]], descriptor=j,
+                                               offset=0)).code == WsaError.WSAEINVAL
+        assert san_error(lambda j=junk: a.call("deregister_rdma_memory", socket=sa,
+                                               descriptor=j)).code == WsaError.WSAEINVAL
     assert a.call("registrations", socket=sa) == regs and target.unchanged()
     assert a.call("socket_state", socket=sa) == "connected"
     # An offset that wraps the 64-bit address space names no byte of the window (offset 2**64 once read
@@ -937,6 +945,18 @@ def test_proxy_dma_adapter_needs_a_zeroed_description() -> None:
         assert got is None
     proxy.put_dma_adapter(adapter)
     assert proxy.live_allocations() == 0
+
+
+def test_what_json_cannot_carry_reaches_a_child_as_a_stand_in() -> None:
+    from hil.agent.engines.verbs.children import carried
+    from hil.rpc.framing import decode, encode
+
+    junk = Opaque("<memory at 0x7f>")
+    sent = {"descriptor": junk, "buffers": [[1, 2, 3], (4, 5, object())], "offset": 0, "d": b"\x01"}
+    got = decode(encode({"id": 1, "params": carried(sent)}))["params"]
+    assert got["descriptor"] == {"$x": "<memory at 0x7f>"} and got["offset"] == 0 and got["d"] == b"\x01"
+    assert got["buffers"][0] == [1, 2, 3] and got["buffers"][1][:2] == [4, 5]
+    assert set(got["buffers"][1][2]) == {"$x"}
 
 
 def test_child_protocol_lines() -> None:

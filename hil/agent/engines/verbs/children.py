@@ -29,6 +29,19 @@ from hil.rpc.framing import decode, encode
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 
 
+def carried(value: object) -> object:
+    """``value`` as a request to a child can carry it: an object JSON cannot (an argument the controller could
+    not send as itself reaches the engine as an ``Opaque``) goes as ``{"$x": repr}``, which the child refuses
+    as it would refuse the object (found by the SPI fuzz on siw: a memoryview descriptor escaped the call as
+    a TypeError of the agent's own)."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes, bytearray)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [carried(v) for v in value]
+    if isinstance(value, dict):
+        return {k: carried(v) for k, v in value.items()}
+    return {"$x": repr(value)}
+
 class ChildGone(ConnectionError):
     """The child process exited (or was killed) while a reply was awaited."""
 
@@ -145,7 +158,7 @@ class ChildProcess:
             stdin = self._proc.stdin
             assert stdin is not None
             try:
-                stdin.write(encode({"id": rid, "method": method, "params": params}))
+                stdin.write(encode({"id": rid, "method": method, "params": carried(params)}))
                 stdin.flush()
             except (BrokenPipeError, OSError):
                 raise ChildGone(f"child {self._proc.pid} is gone: {self.stderr_tail()}") from None
