@@ -1050,3 +1050,25 @@ def test_a_spawned_process_is_the_spare_started_at_the_last_spawn(lab: Lab, monk
     finally:
         engine.close()
     assert spares[0] is not None and not spares[0].alive and engine._spare is None
+
+
+@rdma
+def test_a_killed_process_connects_nowhere(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine refuses a connection from or to a killed process with WSAENOTCONN, as the emulator does
+    (the SPI fuzz found the child's ChildGone escaping the call), and still connects the live ones."""
+    from hil.agent.engines.verbs.engine import VerbsEngine
+
+    monkeypatch.setattr(sys, "executable", lab.python)
+    engine = VerbsEngine("lab", lab.device, netdev=os.environ.get("SAN_NETDEV"), port=lab.port)
+    try:
+        live, doomed = engine.default_process, engine.node.spawn_process()
+        doomed.kill()
+        for a, b in ((doomed, live), (live, doomed)):
+            with pytest.raises(SanError) as refused:
+                engine.connect_local(a, b)
+            assert refused.value.code is WsaError.WSAENOTCONN and "is gone" in str(refused.value)
+        assert engine.leaks() == []
+        sa, sb = engine.connect_local(live, engine.node.spawn_process())
+        assert sa.state() == [True, False] and sb.state() == [True, False]
+    finally:
+        engine.close()

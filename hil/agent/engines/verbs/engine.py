@@ -81,6 +81,13 @@ class VerbsSocket:
         return [state == "connected", state == "closed"]
 
 
+def _connectable(process: VerbsProcess) -> None:
+    """A killed process connects nowhere: WSAENOTCONN, as the emulator answers (the SPI fuzz on siw found
+    the child's ChildGone escaping a switch.connect from a process it had killed)."""
+    if not process.alive:
+        raise SanError(WsaError.WSAENOTCONN, f"cannot connect: process {process.pid} is gone")
+
+
 def _socket_state(sock: VerbsSocket) -> list[bool]:
     return sock.state()
 
@@ -297,6 +304,7 @@ class VerbsEngine:
     def socket_listen(self, process: VerbsProcess) -> list[Any]:
         """[a socket of ``process`` listening for its peer, {"address", "port"} for the peer's
         ``socket_connect``]: the child accepts the connect request by itself."""
+        _connectable(process)
         sid, where = process.child.socket_listen()
         sock = VerbsSocket(process, sid)
         process.sockets.append(sock)
@@ -304,6 +312,7 @@ class VerbsEngine:
 
     def socket_connect(self, process: VerbsProcess, where: dict[str, Any]) -> VerbsSocket:
         """A socket of ``process`` connected to the listener at ``where``, once the connection is up."""
+        _connectable(process)
         sock = VerbsSocket(process, process.child.socket_connect(where))
         process.sockets.append(sock)
         return sock
