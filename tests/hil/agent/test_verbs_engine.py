@@ -1053,9 +1053,9 @@ def test_a_spawned_process_is_the_spare_started_at_the_last_spawn(lab: Lab, monk
 
 
 @rdma
-def test_a_killed_process_connects_nowhere(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine refuses a connection from or to a killed process with WSAENOTCONN, as the emulator does
-    (the SPI fuzz found the child's ChildGone escaping the call), and still connects the live ones."""
+def test_the_engine_judges_odd_arguments_as_the_emulator_does(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the SPI fuzz on siw: a connection from or to a killed process is WSAENOTCONN (the child's
+    ChildGone escaped the call), and a duck-typed buffer of another host is WSAEFAULT (it was a TypeError)."""
     from hil.agent.engines.verbs.engine import VerbsEngine
 
     monkeypatch.setattr(sys, "executable", lab.python)
@@ -1070,5 +1070,20 @@ def test_a_killed_process_connects_nowhere(lab: Lab, monkeypatch: pytest.MonkeyP
         assert engine.leaks() == []
         sa, sb = engine.connect_local(live, engine.node.spawn_process())
         assert sa.state() == [True, False] and sb.state() == [True, False]
+        # A buffer the controller sent field by field (duck-typed, dispatch.RawBuffer) is judged as in-process:
+        # another host's or process's is WSAEFAULT whatever its fields, one's own with junk fields WSAEINVAL.
+        from hil.agent.dispatch import ForeignProcess, RawBuffer
+
+        provider = engine.provider
+        for buffer, code in ((RawBuffer(ForeignProcess("lab2"), None, "8"), WsaError.WSAEFAULT),
+                             (RawBuffer(sb.process, 4096, 8), WsaError.WSAEFAULT),
+                             (RawBuffer(live, None, "8"), WsaError.WSAEINVAL)):
+            for register in (provider.register_memory, provider.register_rdma_memory):
+                with pytest.raises(SanError) as refused:
+                    register(sa, buffer, Access.WRITE)
+                assert refused.value.code is code, (buffer, refused.value)
+        with pytest.raises(TypeError):
+            provider.register_memory(sa, object(), Access.WRITE)
+        assert provider.registrations(sa) == [] and engine.leaks() == []
     finally:
         engine.close()
