@@ -61,4 +61,11 @@ REGRESSIONS: tuple[Regression, ...] = (
                                    ((0, 1, 35, 2), Key(junk=1)), ((0, 1, 4, 26), Key(reg=1))),
                  op=1, desc=Key(reg=3), offset=39),
     )),
+    # Differential on rxe (seed 3485020155, sequences 64 and 71): too many entries, one of another process; the
+    # verbs engine looked at the entries first (WSAEFAULT), the emulator counts them first (WSAEINVAL).
+    Regression("more entries than MAX_SGE, one of them another process's", (
+        Register(1, "memory", (2, 1, 26, 6), R, reg=1),
+        Transfer(2, "send", (((0, 0, 63, 1), Key(junk=0)), ((0, 0, 3, 17), Key(junk=0)), ((0, 0, 0, 40), Key(reg=1)),
+                             ((1, 0, 27, 2), Key(junk=0)), ((0, 0, 44, 7), Key(reg=1))), op=1),
+    )),
 )

@@ -81,12 +81,16 @@ def test_a_seed_replays_the_same_steps() -> None:
 
 
 @pytest.mark.parametrize("wrapper", BROKEN, ids=lambda w: w.__name__.strip("_"))
-def test_the_seeded_run_catches_broken_providers(wrapper: Callable[[Any], Any]) -> None:
+def test_the_seeded_run_catches_broken_providers(wrapper: Callable[[Any], Any],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Random sequences alone (the replayed regressions catch some of these wrappers first, and a divergence
+    # found again is not listed twice): each is found there and shrunk.
+    monkeypatch.setattr("pytest_san.model.run.REGRESSIONS", ())
     backend = EmulatorBackend(wrap_provider=lambda node, base: wrapper(base))
     summary = ModelRun(backend, Budget(sequences=30, steps=40, seed=3), log=_quiet).run()
     assert summary.divergences, f"{wrapper.__name__} went unnoticed"
-    assert {d.kind for d in summary.divergences} <= {"model", "regression"}
-    first = next(d for d in summary.divergences if d.kind == "model")  # found in a random sequence
+    assert {d.kind for d in summary.divergences} == {"model"}
+    first = summary.divergences[0]  # found in a random sequence
     assert first.side == "emulator"
     assert len(first.steps) <= 4, first.render()  # shrunk to the few steps that matter
     assert first.lines[-1].lstrip().startswith("^ "), first.render()

@@ -903,6 +903,12 @@ def test_engine_checks_scatter_lists_before_the_child_sees_them() -> None:
                 [good, (other, 7), [good[0]]]):  # ... but a malformed entry after it is the TypeError, as in-process
         with pytest.raises(TypeError, match="local_buffers"):
             _pairs(sock, bad)
+    # More entries than the contract's MAX_SGE: WSAEINVAL before any entry is looked at, as in-process (the
+    # model's differential mode on rxe found another process's entry answered WSAEFAULT first).
+    for many in ([good] * MAX_SGE + [(other, 7)], [(other, 7)] * (MAX_SGE + 1), [good] * MAX_SGE + [None]):
+        with pytest.raises(SanError) as refused:
+            _pairs(sock, many)
+        assert refused.value.code is WsaError.WSAEINVAL
 
 
 def test_proxy_contiguous_memory_or_none() -> None:

@@ -14,6 +14,7 @@ from hil.agent.engines.verbs.children import ChildProcess
 from hil.agent.engines.verbs.devices import device_address, select_device
 from hil.agent.engines.verbs.proxy import PinnedProxy, host_capabilities
 from pytest_san.contract import (
+    MAX_SGE,
     SanError,
     Status,
     WsaError,
@@ -117,6 +118,8 @@ def _pairs(sock: VerbsSocket, buffers: list[Any]) -> list[list[int]]:
     before the child sees any, so a malformed list marks nothing in use."""
     if not isinstance(buffers, (list, tuple)):
         raise TypeError(f"local_buffers must be a list of (buffer, handle) pairs, got {buffers!r:.80}")
+    if len(buffers) > MAX_SGE:  # the count before any entry, as the emulator does (pytest_san.model, differential)
+        raise SanError(WsaError.WSAEINVAL, f"{len(buffers)} buffers, at most {MAX_SGE}")
     for i, pair in enumerate(buffers):  # every entry's shape first: a malformed one is a TypeError, whatever else
         if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], VerbsBuffer):
             raise TypeError(f"local_buffers[{i}] is not a (buffer, handle) pair: {pair!r:.80}")
