@@ -278,6 +278,10 @@ class EmulatedProvider:
     def _rdma(self, socket: Any, buffers: Sequence[tuple[Any, int]], descriptor: bytes, offset: int,
               kind: str) -> EmulatedOperation:
         op = self._post(socket, buffers, kind)
+        entries: Sequence[object] = buffers
+        for pair in entries:  # a malformed scatter list is the TypeError whatever else is wrong (as over hil)
+            if (type(pair) is not tuple and type(pair) is not list) or len(pair) != 2:
+                raise _not_a_pair(op, buffers, pair)
         if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
             raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r:.60}")
         rkey = DESCRIPTOR.unpack(descriptor)[2]

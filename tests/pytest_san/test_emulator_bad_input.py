@@ -406,3 +406,20 @@ def test_a_buffer_is_always_of_its_own_process_memory(pair: Pair) -> None:
 def test_backend_node_count_is_checked(count: Any, error: type[Exception]) -> None:
     with pytest.raises(error):
         EmulatorBackend(count)
+
+
+def test_a_malformed_scatter_list_is_the_type_error_whatever_the_descriptor() -> None:
+    """Found by the SPI fuzz (a tox env's random seed): a pair of a tuple subclass beside a memoryview descriptor
+    was answered WSAEINVAL for the descriptor; it is the TypeError naming the entry, as over hil."""
+    import collections
+
+    backend = EmulatorBackend()
+    node = backend.nodes[0]
+    sock, _ = backend.connect_sockets(node.default_process, node.spawn_process())
+    buf = node.default_process.alloc(16)
+    handle = node.provider.register_memory(sock, buf, Access.WRITE)
+    pair = collections.namedtuple("Pair", "buffer handle")(buf, handle)
+    for call in (node.provider.rdma_read, node.provider.rdma_write):
+        with pytest.raises(TypeError, match=r"local_buffers\[1\]"):
+            call(sock, [(buf, handle), pair], memoryview(b"x" * 20), 0)
+    assert [r.refs for r in node.provider.registrations(sock)] == [1]
