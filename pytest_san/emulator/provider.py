@@ -226,7 +226,7 @@ class EmulatedProvider:
         ok = True
         foreign = None
         for pair in buffers:
-            if (type(pair) is not tuple and type(pair) is not list) or len(pair) != 2:
+            if not _is_pair(pair):
                 raise _not_a_pair(op, buffers, pair)
             buffer, handle = pair
             if type(buffer) is EmulatedBuffer:
@@ -278,9 +278,8 @@ class EmulatedProvider:
     def _rdma(self, socket: Any, buffers: Sequence[tuple[Any, int]], descriptor: bytes, offset: int,
               kind: str) -> EmulatedOperation:
         op = self._post(socket, buffers, kind)
-        entries: Sequence[object] = buffers
-        for pair in entries:  # a malformed scatter list is the TypeError whatever else is wrong (as over hil)
-            if (type(pair) is not tuple and type(pair) is not list) or len(pair) != 2:
+        for pair in buffers:  # a malformed scatter list is the TypeError whatever else is wrong (as over hil)
+            if not _is_pair(pair):
                 raise _not_a_pair(op, buffers, pair)
         if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
             raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r:.60}")
@@ -438,6 +437,11 @@ def _entry_name(op: EmulatedOperation, buffers: Sequence[object], pair: object) 
     name = "local_buffers" if op.kind.startswith("rdma") else "buffers"
     index = next(i for i, item in enumerate(buffers) if item is pair)
     return f"{name}[{index}]"
+
+
+def _is_pair(pair: object) -> bool:
+    """A scatter list entry of the right shape: a plain tuple or list of two (its contents judged later)."""
+    return (type(pair) is tuple or type(pair) is list) and len(pair) == 2
 
 
 def _not_a_pair(op: EmulatedOperation, buffers: Sequence[object], pair: object) -> TypeError:
