@@ -10,6 +10,11 @@ b. a waited 1 MiB rdma_write (registered READ source, WRITE descriptor target) a
 c. a 64-byte rdma_write round trip, post + wait (reported, no goal);
 d. the wall time of the conformance suite on the emulator, run in a subprocess (goal: < 5 s).
 
+``--against REV`` measures a, b and c of this tree and of the commit REV side by side instead: REV's
+``pytest_san`` (from ``git archive``) is imported beside this tree's in the same process, each statement
+taking turns with the other tree's, and it prints REV's time over this tree's for each (goal: at least 1.0
+within the noise, i.e. no slower than REV) and each tree's 1 MiB write against a plain copy.
+
 Every timing is timeit's best of several repeats, each long enough (autorange) to be stable. The
 statements compared with each other take turns, round after round (in b the write runs next to
 each plain copy), so a burst of load from elsewhere on the machine hits them alike rather than
@@ -23,12 +28,16 @@ import ctypes
 import dataclasses
 import importlib.metadata
 import importlib.util
+import io
 import math
 import re
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import timeit
+import types
 from pathlib import Path
 from typing import Any
 
@@ -195,9 +204,87 @@ def bench_suite(timeout: float) -> tuple[float | None, str]:
     return wall, f"suite FAILED (exit {proc.returncode}): {tail.strip('= ')[:100]}"
 
 
+# -- this tree against another commit, side by side ---------------------------------------------------------
+
+HOT_PATHS = {
+    "rdma_write 1 MiB (waited)": "write(sock, whole, desc, 0).wait()",
+    "rdma_write 64 B round trip": "write(sock, small, desc, 0).wait()",
+    "register+deregister 4 KiB": "deregister(sock, register(sock, buf, READ))",
+}
+"""What ``--against`` measures of each tree."""
+
+
+def _import_tree(root: Path, name: str) -> types.ModuleType:
+    """``root``'s pytest_san, imported as package ``name`` beside this one (its modules import each other
+    relatively)."""
+    spec = importlib.util.spec_from_file_location(name, root / "pytest_san" / "__init__.py",
+                                                  submodule_search_locations=[str(root / "pytest_san")])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _hot_namespace(package: str) -> dict[str, Any]:
+    """The objects HOT_PATHS use, made with ``package`` (this tree's pytest_san or another's)."""
+    emulator = importlib.import_module(f"{package}.emulator")
+    access = importlib.import_module(f"{package}.contract").Access
+    backend = emulator.EmulatorBackend()
+    a, b = backend.nodes[0].default_process, backend.nodes[1].default_process
+    sa, sb = backend.connect_sockets(a, b)
+    pa, pb = a.node.provider, b.node.provider
+    src, dst, buf = a.alloc(MIB), b.alloc(MIB), a.alloc(4 * KIB)
+    handle = pa.register_memory(sa, src, access.READ)
+    desc = pb.register_rdma_memory(sb, dst, access.WRITE)
+    done = pa.rdma_write(sa, [(src, handle)], desc, 0).wait()
+    assert done.ok and done.bytes == MIB, done
+    return {"write": pa.rdma_write, "register": pa.register_memory, "deregister": pa.deregister_memory, "sock": sa,
+            "desc": desc, "whole": [(src, handle)], "small": [(src.view(0, 64), handle)], "buf": buf,
+            "READ": access.READ, "backend": backend}
+
+
+def against(rev: str, repeat: int, min_time: float) -> list[Row]:
+    """HOT_PATHS of this tree and of commit ``rev`` (its pytest_san from git archive, imported beside ours),
+    taking turns in this process: one row per path with REV's time over ours, and each 1 MiB write against the
+    fastest plain copy measured among them."""
+    with tempfile.TemporaryDirectory(prefix="san-bench-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "pytest_san"], capture_output=True,
+                                 check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        _import_tree(Path(tmp), "pytest_san_base")
+        ours, theirs = _hot_namespace("pytest_san"), _hot_namespace("pytest_san_base")
+    namespace = {**{f"{k}_ours": v for k, v in ours.items()}, **{f"{k}_base": v for k, v in theirs.items()},
+                 "src": bytearray(MIB), "dst": bytearray(MIB)}
+    names = r"\b(write|register|deregister|sock|desc|whole|small|buf|READ)\b"
+    stmts = {f"{name} [{side}]": re.sub(names, rf"\1_{side}", stmt)
+             for name, stmt in HOT_PATHS.items() for side in ("ours", "base")}
+    stmts["plain copy"] = "dst[:] = src"
+    # Each path runs beside its other tree's, first and second in turn (what ran before warms or cools the caches).
+    turns = [f"{name} [{side}]" for name in HOT_PATHS for side in ("ours", "base", "base", "ours")]
+    turns += ["plain copy"] * 2
+    times = best_times(stmts, repeat, min_time, namespace, turns)
+    ours["backend"].close()
+    theirs["backend"].close()
+    rows = []
+    for name in HOT_PATHS:
+        mine, base = times[f"{name} [ours]"], times[f"{name} [base]"]
+        rows.append(Row(name, f"{base / mine:.3f}x", ">= 1.0x", "INFO",
+                        f"this tree {mine * 1e6:.2f} µs, {rev} {base * 1e6:.2f} µs"))
+    copy = times["plain copy"]
+    for side, label in (("ours", "this tree"), ("base", rev)):
+        share = copy / times[f"rdma_write 1 MiB (waited) [{side}]"]
+        rows.append(Row(f"  {label}: rdma_write 1 MiB / plain copy", f"{share:.3f}x", ">= 0.8x", "INFO",
+                        f"dst[:] = src {copy * 1e6:.2f} µs"))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="exit 1 if any goal is missed")
+    parser.add_argument("--against", metavar="REV", help="measure this tree against commit REV, side by side")
+
     parser.add_argument("--repeat", type=int, default=15,
                         help="timeit repeats (rounds of turns); the best one counts (default 15)")
     parser.add_argument("--min-time", type=float, default=0.02,
@@ -205,8 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-suite", action="store_true", help="skip the conformance suite run")
     parser.add_argument("--suite-timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
-
     rows: list[Row] = []
+    if args.against:
+        rows = against(args.against, args.repeat, args.min_time)
+        _print(rows, args.repeat)
+        return 0
     reg_ns, dict_ns = bench_register(args.repeat, args.min_time)
     ratio = reg_ns / dict_ns
     rows.append(Row("register+deregister 4 KiB", f"{reg_ns:,.0f} ns", "", "INFO"))
@@ -237,7 +327,15 @@ def main(argv: list[str] | None = None) -> int:
             ok = wall < 5.0 and "FAILED" not in note and "timed out" not in note
             rows.append(Row("conformance suite (emulator)", f"{wall:.2f} s", "< 5 s", "PASS" if ok else "MISS", note))
 
-    print(f"pytest-san emulator benchmark (python {sys.version.split()[0]}, best of {args.repeat})")
+    _print(rows, args.repeat)
+    missed = [r.name.strip() for r in rows if r.verdict == "MISS"]
+    if missed:
+        print(f"\nmissed: {', '.join(missed)}")
+    return 1 if args.check and missed else 0
+
+
+def _print(rows: list[Row], repeat: int) -> None:
+    print(f"pytest-san emulator benchmark (python {sys.version.split()[0]}, best of {repeat})")
     widths = [max(len(r.name) for r in rows), max(len(r.value) for r in rows), max(len(r.goal) for r in rows)]
     header = f"{'measurement':<{widths[0]}}  {'value':>{widths[1]}}  {'goal':<{widths[2]}}  result"
     print(header)
@@ -245,10 +343,6 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         line = f"{r.name:<{widths[0]}}  {r.value:>{widths[1]}}  {r.goal:<{widths[2]}}  {r.verdict}"
         print(line + (f"  ({r.note})" if r.note else ""))
-    missed = [r.name.strip() for r in rows if r.verdict == "MISS"]
-    if missed:
-        print(f"\nmissed: {', '.join(missed)}")
-    return 1 if args.check and missed else 0
 
 
 if __name__ == "__main__":

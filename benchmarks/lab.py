@@ -21,6 +21,11 @@ c. RDMA write bandwidth at 64 KiB between the first two guests: the harness (``h
    server without an address on the second guest, client with the second guest's ``san_lab_address`` on
    the first), printed as the ratio harness / ib_write_bw
    with the goal >= 0.8, PASS or MISS;
+e. the reference model on the lab's two hosts (``--model-sequences N`` sequences of 20 steps, seed 1,
+   differential; 0 skips it), in this process: one step at a time (before the model went in rounds) and in rounds
+   (``pytest_san/model/rounds.py``), its ms per step and seconds per sequence side by side;
+f. with ``--delay-ms MS`` (benchmark only, ``benchmarks/delay.py``): the suites and the model again with a fixed
+   delay on every controller-to-agent round trip, as a lab host that far away adds;
 d. where the harness's time goes (``--no-profile`` skips it): one agent round trip, one that reaches the
    verbs child, the post and the wait of single 64 KiB writes one at a time (a round trip each: what a
    test's own ``rdma_write(...).wait()`` costs), bursts at depths 1, 4, 16 and 32, and one large write for
@@ -49,6 +54,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing: hil/ and pytest_san/ sit here
     sys.path.insert(0, str(ROOT))
+
+import delay  # noqa: E402  (benchmarks/delay.py, beside this file)
 
 from hil.controller.backend import Agent, HilBackend  # noqa: E402
 from hil.inventory import HostConfig, load_inventory  # noqa: E402
@@ -126,17 +133,20 @@ class Suite:
 
 
 def run_suite(inventory: Path, workdir: Path, timeout: float, python: str = sys.executable,
-              label: str = "this tree") -> Suite:
+              label: str = "this tree", delay_ms: float = 0.0) -> Suite:
     """The suite on the lab with ``python`` (this tree's, or a baseline's own venv), its round trips counted
-    by benchmarks/roundtrips.py (loaded with -p, this directory on PYTHONPATH)."""
+    by benchmarks/roundtrips.py (loaded with -p, this directory on PYTHONPATH); ``delay_ms``: every round trip
+    delayed that much (benchmarks/delay.py)."""
     report = workdir / "lab-report.json"
     trips = workdir / "round-trips.json"
-    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "--pyargs",
+    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "-p", "delay", "--pyargs",
             "pytest_san.scenarios", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}"]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")) and k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent)  # roundtrips.py only: each tree imports its own code
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent)  # these plugins only: each tree imports its own code
     env["SAN_ROUND_TRIPS_OUT"] = str(trips)
+    env[delay.ENV] = str(delay_ms)
+    label = f"{label}, {delay_ms:g} ms a round trip" if delay_ms else label
     print(f"suite ({label}): {' '.join(argv[1:])}", flush=True)
     began = time.perf_counter()
     try:
@@ -163,7 +173,9 @@ def summarize_round_trips(data: dict[str, Any]) -> dict[str, Any]:
     tests: dict[str, dict[str, Any]] = data["tests"]
     hosts: list[str] = data["hosts"]
     count = max(1, len(tests))
-    out: dict[str, Any] = {"tests": len(tests), "per_test": {}, "fixtures": {}}
+    out: dict[str, Any] = {"tests": len(tests), "per_test": {}, "fixtures": {},
+                           "all_hosts": {phase: sum(sum(t.get(phase, {}).values()) for t in tests.values()) / count
+                                         for phase in ("setup", "call", "teardown")}}
     for host in hosts:
         out["per_test"][host] = {phase: sum(t.get(phase, {}).get(host, 0) for t in tests.values()) / count
                                  for phase in ("setup", "call", "teardown")}
@@ -174,10 +186,14 @@ def summarize_round_trips(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def describe_round_trips(rounds: dict[str, Any] | None) -> list[str]:
+def describe_round_trips(rounds: dict[str, Any] | None, seconds: float | None = None) -> list[str]:
     if not rounds:
         return ["    (no round trips recorded)"]
-    lines = []
+    every = rounds.get("all_hosts", {})
+    per_test = f", {seconds / max(1, rounds['tests']):.2f} s a test" if seconds is not None else ""
+    lines = [f"    all hosts: agent round trips per test {sum(every.values()):.1f} (setup {every.get('setup', 0):.1f}, "
+             f"call {every.get('call', 0):.1f}, teardown {every.get('teardown', 0):.1f}), {rounds['tests']} tests"
+             f"{per_test}"]
     for host, phases in rounds["per_test"].items():
         fixtures = rounds["fixtures"].get(host)
         fx = (f"; SAN fixtures {fixtures['mean']:.2f} (max {fixtures['max']})" if fixtures
@@ -216,16 +232,17 @@ def drop_baseline(baseline: Baseline) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def side_by_side(inventory: Path, workdir: Path, timeout: float, baseline: Baseline, rounds: int) -> dict[str, Any]:
+def side_by_side(inventory: Path, workdir: Path, timeout: float, baseline: Baseline, rounds: int,
+                 delay_ms: float = 0.0) -> dict[str, Any]:
     """The suite of this tree and of the baseline, alternating ``rounds`` times each against the same lab:
     medians, and this tree's median over the baseline's (goal <= 0.5)."""
     runs: dict[str, list[Suite]] = {"this tree": [], baseline.rev: []}
     for i in range(rounds):
         order = [("this tree", sys.executable), (baseline.rev, baseline.python)]
         for label, python in (order if i % 2 == 0 else order[::-1]):
-            run_dir = workdir / f"run-{label.replace(' ', '-')}-{i}"
+            run_dir = workdir / f"run-{label.replace(' ', '-')}-{i}-{delay_ms:g}"
             run_dir.mkdir()
-            suite = run_suite(inventory, run_dir, timeout, python, label)
+            suite = run_suite(inventory, run_dir, timeout, python, label, delay_ms)
             print(f"  {label} round {i + 1}: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}",
                   flush=True)
             runs[label].append(suite)
@@ -233,7 +250,58 @@ def side_by_side(inventory: Path, workdir: Path, timeout: float, baseline: Basel
     old = statistics.median(s.seconds for s in runs[baseline.rev])
     return {"baseline": baseline.rev, "runs": {k: [asdict(s) for s in v] for k, v in runs.items()},
             "median_s": {"this tree": new, baseline.rev: old}, "ratio": new / old, "goal": 0.5,
-            "verdict": "PASS" if new / old <= 0.5 else "MISS"}
+            "verdict": "PASS" if new / old <= 0.5 else "MISS", "delay_ms": delay_ms}
+
+
+# --- e. the reference model, one step at a time and in rounds ----------------------------------------------
+
+
+def model_side_by_side(hosts: Sequence[HostConfig], sequences: int, delay_ms: float = 0.0) -> dict[str, Any]:
+    """The model on the lab's hosts, ``sequences`` x 20 steps at seed 1 in differential mode (as CI runs it): one
+    step at a time, then in rounds. The sequences only: the regressions a run replays first are left out."""
+    from unittest import mock
+
+    from pytest_san.model import run as model_run
+    from pytest_san.model.run import Budget, ModelRun
+
+    delay.install(delay_ms / 1000)
+    out: dict[str, Any] = {"sequences": sequences, "steps": 20, "delay_ms": delay_ms}
+    backend = HilBackend(hosts)
+    try:
+        for label, rounds in (("one step at a time", False), ("in rounds", True)):
+            run = ModelRun(backend, Budget(sequences=sequences, steps=20, seed=1, differential=True),
+                           log=lambda line: None)
+            run.rounds = rounds
+            before = sum(backend.round_trips().values())
+            with mock.patch.object(model_run, "REGRESSIONS", ()):
+                summary = run.run()
+            spent = sum(backend.round_trips().values()) - before
+            cost, steps = summary.cost, max(1, summary.steps)
+            out[label] = {"ms_per_step": 1000 * (cost.calls + cost.checks) / steps,
+                          "s_per_sequence": (summary.seconds - summary.shrinking) / max(1, summary.sequences),
+                          "round_trips_per_sequence": spent / max(1, summary.sequences),
+                          "divergences": len(summary.divergences), "line": summary.cost_line()}
+            print(f"  model {label} ({delay_ms:g} ms a round trip): {summary.cost_line()}; "
+                  f"{len(summary.divergences)} divergences", flush=True)
+            for divergence in summary.divergences:
+                print(divergence.render(), flush=True)
+    finally:
+        backend.close()
+        delay.install(0)
+    return out
+
+
+def describe_model(model: dict[str, Any]) -> list[str]:
+    lines = [f"  the model, {model['sequences']} x {model['steps']} steps at seed 1, differential"
+             + (f", {model['delay_ms']:g} ms added to every round trip" if model["delay_ms"] else "") + ":"]
+    for label in ("one step at a time", "in rounds"):
+        m = model[label]
+        lines.append(f"    {label:20s} {m['ms_per_step']:7.1f} ms a step   {m['s_per_sequence']:6.2f} s a sequence   "
+                     f"{m['round_trips_per_sequence']:6.1f} round trips a sequence   {m['divergences']} divergences")
+    a, b = model["one step at a time"], model["in rounds"]
+    lines.append(f"    in rounds / one at a time: {b['s_per_sequence'] / a['s_per_sequence']:.2f} of the time, "
+                 f"{b['round_trips_per_sequence'] / max(1e-9, a['round_trips_per_sequence']):.2f} of the round trips")
+    return lines
 
 
 # --- c. bandwidth: the harness and ib_write_bw -----------------------------------------------------------
@@ -386,6 +454,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", default=None, metavar="REV",
                         help="also run REV's suite (its own worktree and venv) side by side, alternating")
     parser.add_argument("--rounds", type=int, default=2, help="with --baseline: runs of each tree (default 2)")
+    parser.add_argument("--model-sequences", type=int, default=10, metavar="N",
+                        help="the model's sequences of 20 steps, one step at a time and in rounds (default 10)")
+    parser.add_argument("--delay-ms", type=float, default=0.0, metavar="MS",
+                        help="benchmark only: also run the suites and the model with MS added to every round trip")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--check", action="store_true", help="exit 1 when the ratio misses the goal")
     args = parser.parse_args(argv)
@@ -409,23 +481,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             boot = recorded_boot(hosts, inventory)
         print(f"boot: {boot.how}: " + ("-" if boot.seconds is None else f"{boot.seconds:.1f} s"), flush=True)
 
-        compared = None
+        compared = delayed = None
         suite: Suite | None
+        delayed_suite: Suite | None = None
         if args.baseline:
             baseline = make_baseline(args.baseline, workdir)
             try:
                 compared = side_by_side(inventory.resolve(), workdir, args.suite_timeout, baseline, args.rounds)
+                if args.delay_ms:
+                    delayed = side_by_side(inventory.resolve(), workdir, args.suite_timeout, baseline, args.rounds,
+                                           args.delay_ms)
             finally:
                 drop_baseline(baseline)
             suite = Suite(**compared["runs"]["this tree"][-1])
         else:
             suite = None if args.no_suite else run_suite(inventory.resolve(), workdir, args.suite_timeout)
+            if suite is not None and args.delay_ms:
+                run_dir = workdir / "delayed"
+                run_dir.mkdir()
+                delayed_suite = run_suite(inventory.resolve(), run_dir, args.suite_timeout, delay_ms=args.delay_ms)
         if suite is not None:
             print(f"suite: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}", flush=True)
+        models = []
+        if args.model_sequences > 0:
+            models.append(model_side_by_side(hosts, args.model_sequences))
+            if args.delay_ms:
+                models.append(model_side_by_side(hosts, args.model_sequences, args.delay_ms))
 
         result: dict[str, Any] = {"inventory": str(inventory), "hosts": [h.name for h in hosts],
                                   "boot": asdict(boot), "suite": asdict(suite) if suite else None,
-                                  "side_by_side": compared}
+                                  "delayed_suite": asdict(delayed_suite) if delayed_suite else None,
+                                  "side_by_side": compared, "side_by_side_delayed": delayed, "model": models}
         backend = HilBackend(hosts)
         harness = perftest = float("nan")
         command = ""
@@ -458,15 +544,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if suite is not None:
         rules = f"; rules failing: {', '.join(suite.failed_rules)}" if suite.failed_rules else ""
         print(f"  suite on the lab     {suite.seconds:8.1f} s   exit {suite.returncode}: {suite.summary}{rules}")
-        print("\n".join(describe_round_trips(suite.round_trips)))
-    if compared is not None:
-        print(f"  side by side with {compared['baseline']} (alternating, same lab):")
-        for label, runs in compared["runs"].items():
+        print("\n".join(describe_round_trips(suite.round_trips, suite.seconds)))
+    if delayed_suite is not None:
+        print(f"  ... {args.delay_ms:g} ms added to every round trip: {delayed_suite.seconds:8.1f} s   "
+              f"exit {delayed_suite.returncode}: {delayed_suite.summary}")
+        print("\n".join(describe_round_trips(delayed_suite.round_trips, delayed_suite.seconds)))
+    for pair in (compared, delayed):
+        if pair is None:
+            continue
+        added = f", {pair['delay_ms']:g} ms added to every round trip" if pair["delay_ms"] else ""
+        print(f"  side by side with {pair['baseline']} (alternating, same lab{added}):")
+        for label, runs in pair["runs"].items():
             times = ", ".join(f"{r['seconds']:.1f} s" for r in runs)
-            print(f"    {label:12s} median {compared['median_s'][label]:7.1f} s   runs: {times}   "
+            print(f"    {label:12s} median {pair['median_s'][label]:7.1f} s   runs: {times}   "
                   f"({runs[-1]['summary']})")
-            print("\n".join(describe_round_trips(runs[-1]["round_trips"])))
-        print(f"    this tree / {compared['baseline']} = {compared['ratio']:.2f}   goal <= 0.5   {compared['verdict']}")
+            print("\n".join(describe_round_trips(runs[-1]["round_trips"], pair["median_s"][label])))
+        print(f"    this tree / {pair['baseline']} = {pair['ratio']:.2f}   goal <= 0.5   {pair['verdict']}")
+    for model in models:
+        print("\n".join(describe_model(model)))
     print("  agent round trips of single calls (per host):")
     for name, per_host in calls.items():
         print(f"    {name:60s} " + ", ".join(f"{h} {n}" for h, n in per_host.items()))

@@ -4,7 +4,8 @@ What ``ib_write_bw`` does to measure a link: keep the send queue full of identic
 plain SPI every write is one call (on the hil backend one round trip to the agent), which measures the
 harness rather than the link. A provider may implement the burst itself, next to the NIC (the verbs
 engine does: its process reposts each write as the previous completes); :func:`rdma_write_burst` uses
-that when the provider has it and otherwise runs the same loop over ``rdma_write`` (:class:`WindowedBurst`).
+that when the provider's class defines it (:func:`runs_bursts`: a wrapper delegating by ``__getattr__`` gets
+bursts of its own calls) and otherwise runs the same loop over ``rdma_write`` (:class:`WindowedBurst`).
 
 Semantics, whichever runs it (the conformance suite checks them, ``test_burst.py``):
 
@@ -23,6 +24,7 @@ import time
 from collections import deque
 from typing import Protocol, runtime_checkable
 
+from . import checks
 from .errors import SanError, WsaError
 from .protocols import Descriptor, LocalBuffers, PendingOperation, Provider, Socket
 from .types import Completion, Status
@@ -41,11 +43,8 @@ class BurstProvider(Protocol):
                         offset: int = 0, count: int = 1, depth: int = DEPTH) -> PendingOperation: ...
 
 
-def check_burst(count: object, depth: object) -> None:
-    """WSAEINVAL unless ``count`` and ``depth`` are integers >= 1."""
-    for name, value in (("count", count), ("depth", depth)):
-        if type(value) is not int or value < 1:
-            raise SanError(WsaError.WSAEINVAL, f"a burst's {name} is an integer >= 1, got {value!r}")
+check_burst = checks.burst
+"""WSAEINVAL unless ``count`` and ``depth`` are integers >= 1 (the first check of a burst)."""
 
 
 def rdma_write_burst(provider: Provider, socket: Socket, local_buffers: LocalBuffers,
@@ -62,11 +61,23 @@ def rdma_read_burst(provider: Provider, socket: Socket, local_buffers: LocalBuff
     return _burst(provider, "rdma_read", socket, local_buffers, source_descriptor, offset, count, depth)
 
 
+def runs_bursts(provider: object) -> bool:
+    """Whether ``provider`` runs bursts itself: its class defines both burst methods.
+
+    Read from the class, not the object: a wrapper that forwards what it lacks through ``__getattr__`` would
+    otherwise hand the burst to the provider it wraps and bypass its own ``rdma_write``/``rdma_read``. Such a
+    wrapper gets bursts made of its own calls (:class:`WindowedBurst`), so whatever it does to a transfer it
+    does to every transfer of a burst; a wrapper that defines the burst methods is trusted with them.
+    """
+    klass = type(provider)
+    return callable(getattr(klass, "rdma_write_burst", None)) and callable(getattr(klass, "rdma_read_burst", None))
+
+
 def _burst(provider: Provider, kind: str, socket: Socket, local_buffers: LocalBuffers, descriptor: Descriptor,
            offset: int, count: int, depth: int) -> PendingOperation:
-    if isinstance(provider, BurstProvider):  # the provider's own, e.g. next to the NIC
-        own = provider.rdma_write_burst if kind == "rdma_write" else provider.rdma_read_burst
-        return own(socket, local_buffers, descriptor, offset, count, depth)
+    if runs_bursts(provider):  # the provider's own, e.g. next to the NIC
+        own = provider.rdma_write_burst if kind == "rdma_write" else provider.rdma_read_burst  # type: ignore[attr-defined]
+        return own(socket, local_buffers, descriptor, offset, count, depth)  # type: ignore[no-any-return]
     return WindowedBurst(provider, kind, socket, local_buffers, descriptor, offset, count, depth)
 
 
@@ -146,4 +157,5 @@ class WindowedBurst:
         return f"<{self.kind} burst {self.posted}/{self.count} posted, {self._completion or 'pending'}>"
 
 
-__all__ = ["DEPTH", "BurstProvider", "WindowedBurst", "check_burst", "rdma_read_burst", "rdma_write_burst"]
+__all__ = ["DEPTH", "BurstProvider", "WindowedBurst", "check_burst", "rdma_read_burst", "rdma_write_burst",
+           "runs_bursts"]

@@ -99,13 +99,18 @@ class CacheType(enum.IntEnum):
 
 
 # -- proxy ---------------------------------------------------------------------------------------------
+#: The proxy's device object flag for direct I/O (P1).
 DO_DIRECT_IO = 0x10
+#: The page size of the proxy's physical memory map.
 PAGE_SIZE = 4096
+#: The 4 GiB line: low memory lies below it, and NOLOWMEM keeps ordinary allocations above it (P3).
 FOUR_GIB = 1 << 32
 MAX_DESCRIPTION_VERSION = 3  # DEVICE_DESCRIPTION_VERSION .. DEVICE_DESCRIPTION_VERSION3
 
 # -- provider: socket options, limits, the RDMA descriptor -----------------------------------------------
+#: Socket option: the largest RDMA transfer the provider takes (``getsockopt``).
 SO_MAX_RDMA_SIZE = 0x700D
+#: Socket option: above this size the switch moves data by RDMA, below it in messages (R10).
 SO_RDMA_THRESHOLD_SIZE = 0x700E
 MAX_SGE = 4
 QUEUE_DEPTH = 64

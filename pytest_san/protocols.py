@@ -7,7 +7,7 @@ switch talk only to these protocols, so the same suite runs on the emulator and 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -131,6 +131,10 @@ class Proxy(Protocol):
     def device_flags(self) -> int: ...
     @property
     def nolowmem(self) -> bool: ...
+    def set_nolowmem(self, enabled: bool) -> None:
+        """Enter or leave NOLOWMEM mode (capability ``"nolowmem"``; a proxy without the mode raises
+        SanError(WSAEOPNOTSUPP)). A call, not an attribute, so a wrapping proxy forwards it like any other."""
+        ...
 
     def allocate(self, nbytes: int) -> Allocation:
         """Allocate (pin) memory for messages or RDMA; raises SanError(WSAENOBUFS) when out."""
@@ -178,6 +182,18 @@ class Node(Protocol):
     @property
     def default_process(self) -> Process: ...
     def spawn_process(self) -> Process: ...
+
+
+@runtime_checkable
+class DeclaresCapabilities(Protocol):
+    """Optional, for a provider or proxy: what it lacks or adds beyond what pytest-san reads from it
+    (``supports_rdma_read`` gives ``rdma_read``): each name mapped to True is added to its node's capabilities,
+    each mapped to False removed, e.g. ``{"contiguous": False, "dma_adapter": False}`` for a proxy on a
+    platform without contiguous allocation or DMA adapters (their scenarios are then skipped, with the
+    reason). The hook ``pytest_san_node_capabilities`` has the last word."""
+
+    @property
+    def san_capabilities(self) -> Mapping[str, bool]: ...
 
 
 class Faults(Protocol):
@@ -247,6 +263,10 @@ Outcome = tuple[bool, object]
 class Pipelining(Protocol):
     """Optional, for a backend whose every call is a round trip (hil): ``together(calls)`` makes each call as
     if alone, those on one host in the order given (hosts at once), and returns each one's outcome; the calls
-    go out together (one round trip per host). The switch builds a connection's end this way."""
+    go out together (one round trip per host). A call may name what an earlier call returned, as an argument
+    or its target (``pytest_san.together.Earlier``: a call naming a failed one fails the same, unmade), and
+    may read a property (a name that is no method, no arguments); an Earlier naming a call on another host
+    waits for it (one more round trip). The switch builds a connection's end this way, and the reference
+    model runs its steps with their checks."""
 
     def together(self, calls: Sequence[Call]) -> list[Outcome]: ...

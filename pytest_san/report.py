@@ -133,7 +133,8 @@ class ConformanceReport:
 
     def __init__(self, backend: str = "", capabilities: Iterable[str] = ()) -> None:
         self.backend = backend
-        self.capabilities: set[str] = set(capabilities)
+        self.capabilities: set[str] = set(capabilities)  # what every node has
+        self.node_capabilities: dict[str, set[str]] = {}  # node name -> what it has
         self.tests: list[TestResult] = []
         self.model: ModelResult | None = None  # set once pytest_san.model ran
 
@@ -170,6 +171,7 @@ class ConformanceReport:
         data = {
             "backend": self.backend,
             "capabilities": sorted(self.capabilities),
+            "node_capabilities": {name: sorted(caps) for name, caps in sorted(self.node_capabilities.items())},
             "rules": self.counts(),
             "tests": [test.to_dict() for test in self.tests],
         }
@@ -180,6 +182,7 @@ class ConformanceReport:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConformanceReport:
         report = cls(str(data.get("backend", "")), data.get("capabilities", ()))
+        report.node_capabilities = {str(name): set(caps) for name, caps in data.get("node_capabilities", {}).items()}
         report.tests = [TestResult.from_dict(test) for test in data.get("tests", ())]
         if data.get("model") is not None:
             report.model = ModelResult.from_dict(data["model"])
@@ -192,6 +195,10 @@ class ConformanceReport:
                              f"into one of backend {self.backend!r}")
         self.backend = self.backend or other.backend
         self.capabilities |= other.capabilities
+        for name, caps in other.node_capabilities.items():
+            self.node_capabilities.setdefault(name, set()).update(caps)
+        if self.node_capabilities:  # what every node has, whichever worker used it
+            self.capabilities = set.intersection(*self.node_capabilities.values())
         self.tests.extend(other.tests)
         if other.model is not None:
             self.record_model(other.model)
@@ -212,4 +219,8 @@ class ConformanceReport:
 
     def header_line(self) -> str:
         caps = ", ".join(sorted(self.capabilities)) or "(none)"
-        return f"backend: {self.backend or '(none)'}  capabilities: {caps}"
+        line = f"backend: {self.backend or '(none)'}  capabilities: {caps}"
+        # Nodes that differ from what they all have are named with their own extras.
+        extras = [f"{name} +{','.join(sorted(own - self.capabilities))}"
+                  for name, own in sorted(self.node_capabilities.items()) if own - self.capabilities]
+        return line + (f"  (and {'; '.join(extras)})" if extras else "")

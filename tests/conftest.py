@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ pytest_plugins = ["pytester"]
 # Slow tests (marker ``slow``) run once, in CI's main test stage, and not in every tox environment
 # (``-m "not slow"``): those that start a real OpenSSH server (the sshd fixture, directly or through
 # another fixture) and those that need a running Soft-RoCE lab.
-SLOW_FIXTURES = frozenset({"sshd"})
+SLOW_FIXTURES = frozenset({"sshd", "shared_sshd"})
 SLOW_MODULES = frozenset({"test_lab_faults.py", "test_lab_fuzz.py"})
 
 
@@ -44,9 +46,27 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def shared_sshd() -> Iterator[SshServer]:
+    """A real OpenSSH server that logs in other users of this machine too (tests/support/users.py): its
+    directory is outside pytest's private temporary tree, searchable by all."""
+    if not SSHD.exists():
+        pytest.skip(f"{SSHD} not found: apt-get install openssh-server to run the SSH transport tests")
+    directory = Path(tempfile.mkdtemp(prefix="pytest-san-sshd-"))
+    directory.chmod(0o755)
+    try:
+        server = start_sshd(directory)
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def remote_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The remote temporary directory of the loopback lab hosts: agents and lease files of one module."""
+    """The remote temporary directory of the loopback lab hosts: agents and leases (their scope) of one module."""
     return tmp_path_factory.mktemp("remote-tmp")
 
 

@@ -3,8 +3,8 @@
 Answers requests on stdin until stdin closes (the controller, or its SSH connection, went away),
 then releases everything it holds and exits. Python 3.9+, standard library (+ pyverbs for verbs).
 
-Before serving it leases its host (``lease.py``: an flock held until it exits); when another agent
-holds the lease, its hello is ``{"busy": <holder>}`` and it exits with status 4 without serving. An
+Before serving it leases its host (``lease.py``: an abstract socket held until it exits); when another
+agent holds the lease, its hello is ``{"busy": <holder>}`` and it exits with status 4 without serving. An
 engine that cannot start (no such device, GID index not set, no pyverbs) makes its hello
 ``{"failed": <why>}`` (server.py) and it exits with status 5.
 """
@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         # An older (or newer) copy must never answer this controller.
         print(f"agent {ROOT}: content hash {mine} does not match the controller's {args.hash}", file=sys.stderr)
         return 3
+    # The lease's scope is the directory agents are pushed to (san_remote_tmp or /tmp), every user's alike.
     held, holder = lease.take(str(ROOT.parent), args.host, json.loads(args.lease))
     if held is None:
         busy = {"protocol": wire.PROTOCOL_VERSION, "hash": mine, "pid": os.getpid(), "busy": holder}

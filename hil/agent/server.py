@@ -18,8 +18,8 @@ STARTUP_FAILED = 5  # exit status of an agent whose engine could not start (its 
 
 # What is pushed to a host: the agent and the parts of pytest_san the emulator engine runs.
 AGENT_TREES = ("hil/agent", "hil/rpc", "pytest_san/emulator", "pytest_san/switch")
-AGENT_FILES = ("hil/__init__.py", "pytest_san/__init__.py", "pytest_san/contract.py", "pytest_san/errors.py",
-               "pytest_san/types.py",
+AGENT_FILES = ("hil/__init__.py", "pytest_san/__init__.py", "pytest_san/contract.py", "pytest_san/checks.py",
+               "pytest_san/errors.py", "pytest_san/types.py",
                "pytest_san/protocols.py", "pytest_san/burst.py", "pytest_san/together.py")
 
 
@@ -65,10 +65,7 @@ def _handlers(engine: Engine) -> dict[tuple[str, str], Callable[..., object]]:
         return getattr(engine.faults, name)(*args)
 
     def set_nolowmem(proxy: Any, value: bool) -> None:
-        if hasattr(proxy, "set_nolowmem"):
-            proxy.set_nolowmem(value)  # a real host refuses: it has no NOLOWMEM mode
-        else:
-            proxy.nolowmem = value
+        proxy.set_nolowmem(value)  # a real host refuses: it has no NOLOWMEM mode
 
     def buffer_read(process: Any, address: int, length: int, n: Any, offset: Any) -> object:
         """A buffer's read, checked as the engine checks its own buffers (the whole range mapped)."""
@@ -108,8 +105,10 @@ def serve(engine_name: str, host: str, options: str, content_hash: str, stdin: B
         codec = EngineCodec(registry, engine.resolve_buffer)
         for obj in engine.pinned():
             registry.pin(obj)
-        dispatcher = Dispatcher(codec, _handlers(engine))
+        ahead = _Ahead(engine) if hasattr(engine, "prefetch") else None
+        dispatcher = Dispatcher(codec, _handlers(engine), ahead)
         hello = {"protocol": wire.PROTOCOL_VERSION, "hash": content_hash, "pid": os.getpid(),
+                 "kernel": os.uname().release,  # the report's "kernel" (SPEC 5.1)
                  "engine_ref": codec.encode(engine), **{k: codec.encode(v) for k, v in engine.hello().items()}}
     except Exception as exc:  # no such device, GID index not set, port down, no pyverbs: say why, then go
         if engine is not None:
@@ -119,16 +118,45 @@ def serve(engine_name: str, host: str, options: str, content_hash: str, stdin: B
     stdout.write(wire.encode({"hello": hello}))
     stdout.flush()
     try:
-        for line in stdin:  # ends when the controller goes away
-            if not line.strip():
-                continue
-            stdout.write(dispatcher.handle_line(line))  # never raises: a bad request gets an error reply
-            stdout.flush()
+        for lines in _arrivals(stdin):  # ends when the controller goes away
+            for reply in dispatcher.handle_lines(lines):  # never raises: a bad request gets an error reply
+                stdout.write(reply)
+                stdout.flush()
     except (BrokenPipeError, ConnectionResetError):
         pass
     finally:
         engine.close()  # every registration, allocation and child process goes with us
     return 0
+
+
+def _arrivals(stdin: BinaryIO) -> Iterator[list[bytes]]:
+    """The request lines that arrived together (what one read finds), blank ones left out, until EOF."""
+    read = getattr(stdin, "read1", None) or stdin.read
+    pending = b""
+    while True:
+        chunk = read(1 << 16)
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop() if chunk else b""
+        lines = [line + b"\n" for line in lines if line.strip()]
+        if lines:
+            yield lines
+        if not chunk:
+            if pending.strip():
+                yield [pending]
+            return
+
+
+class _Ahead:
+    """The dispatcher's Prefetch, for an engine that asks read-only requests ahead (the verbs engine)."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def ask(self, kind: str, method: str, target: Any, args: list[Any]) -> bool:
+        return bool(self._engine.prefetch(kind, method, target, args))
+
+    def forget(self) -> None:
+        self._engine.forget_prefetched()
 
 
 def _cannot_start(stdout: BinaryIO, content_hash: str, engine_name: str, options: str, exc: Exception) -> int:

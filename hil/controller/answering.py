@@ -1,6 +1,6 @@
 """Questions asked together: the read-only calls a checker makes in a row (socket states, registrations,
-buffer bytes, proxy counts, completions), written to every agent at once and their replies read in one
-round trip; the stand-ins answer them from ``Session.answered`` until the block ends."""
+buffer bytes, proxy counts, whether a process is alive, completions), written to every agent at once and their
+replies read in one round trip; the stand-ins answer them from ``Session.answered`` until the block ends."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from hil.controller.client import Outcome
 from hil.controller.remote import (
     RemoteBuffer,
     RemoteOperation,
+    RemoteProcess,
     RemoteProvider,
     RemoteProxy,
     RemoteSocket,
@@ -36,6 +37,8 @@ def request(question: Question) -> tuple[Session, Request] | None:
     if isinstance(target, RemoteBuffer) and name == "read" and not args:
         process = target.process
         return process.session, (process.oid, "buffer_read", [target.address, target.length, target.length, 0])
+    if isinstance(target, RemoteProcess) and name == "alive" and not args:
+        return target.session, (target.oid, "alive", [])
     if isinstance(target, RemoteProxy) and name == "live_allocations" and not args:
         return target.session, (target.oid, "live_allocations", [])
     if isinstance(target, RemoteOperation) and name == "done" and not args and target.pending:

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from hil.controller.answering import answering
 from hil.controller.client import AgentClient, Outcome
+from hil.controller.connecting import connect_many
 from hil.controller.errors import AgentError
+from hil.controller.kernel import KernelLog
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
 from hil.controller.remote import Remote, RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
 from hil.controller.together import together
@@ -47,7 +49,7 @@ class Agent:
                  lease: Mapping[str, object] | None = None, wrap: Wrappers | None = None) -> None:
         self.host = host
         self._connect = connect
-        self.lease = lease  # who we are, for the host's lease file (hil/controller/leases.py)
+        self.lease = lease  # who we are, for the host's lease (hil/controller/leases.py)
         self.wrap = wrap
         self.earlier_round_trips = 0  # of the agents this host had before (a dead one is replaced)
         self.start()
@@ -81,6 +83,16 @@ class Agent:
                 node.provider = wrap_provider(node, node.provider)
         self.session.pinned = {self.engine, *(referenced(n[part]) for n in hello["nodes"]
                                               for part in ("node", "provider", "proxy"))}
+        self.kernel_release = hello.get("kernel")  # the host's uname -r
+        witness = hello.get("kernel_witness")  # the verbs engine reads the kernel's RDMA resource tracking
+        self.witness: dict[str, Any] | None = witness if isinstance(witness, dict) else None
+        self.readings: list[dict[str, Any]] = []  # the witness's readings, as the end-of-test batch brought them
+        self.workarounds = hello.get("workarounds")  # the kernel workarounds the engine applies on this host
+
+    @property
+    def witnessed(self) -> bool:
+        """Whether this host's agent reads the kernel's record of its processes' RDMA objects."""
+        return self.witness is not None and not self.witness.get("unavailable")
 
     def call(self, method: str, *args: object) -> Any:
         """A method of the agent's engine: its answer as the agent sent it (decoded JSON: arbitrary)."""
@@ -93,9 +105,12 @@ class Agent:
 
     def send_reset(self, before: list[tuple[int, str, list[Encoded]]]) -> None:
         """Write ``before``, the reset and the questions for each node's new default process (what a
-        reset keeps or replaces), with whatever calls are queued first: pipelined, read by ``collect_reset``."""
+        reset keeps or replaces), with whatever calls are queued first, and last the kernel witness's
+        readings since the previous reset: pipelined, read by ``collect_reset``."""
         log.debug("%s: reset", self.client.where)
         after: list[tuple[int, str, list[Encoded]]] = [(n.oid, "default_process", []) for n in self.nodes]
+        if self.witnessed:
+            after.append((self.engine, "kernel_readings", []))
         self.session.send_many([*before, (self.engine, "reset", []), *after])
 
     def collect_reset(self, before: int) -> list[Outcome]:
@@ -104,6 +119,12 @@ class Agent:
         outcomes = self.session.collect()
         ours = outcomes[before:]
         self.session.forget_unpinned()
+        if self.witnessed:
+            ok, readings = ours.pop()
+            if ok and isinstance(readings, list):
+                self.readings += readings
+            elif not ok:
+                log.warning("%s: the kernel witness's readings were lost: %s", self.client.where, readings)
         ok, error = ours[0]
         if not ok:
             raise error
@@ -129,7 +150,14 @@ class Agent:
             return
         requests: list[tuple[int, str, list[Encoded]]] = [
             (obj.oid, method, [0] if method == "wait" else []) for obj, method in asked]
-        for (obj, method), (ok, value) in zip(asked, self.session.call_many(requests), strict=True):
+        if self.witnessed:  # the kernel's record while the test's sockets are open: the balance (in this trip)
+            requests.append((self.engine, "kernel_reading", ["before the test's cleanup"]))
+        outcomes = self.session.call_many(requests)
+        if self.witnessed:
+            ok, value = outcomes.pop()
+            if not ok:
+                log.warning("%s: the kernel witness could not read: %s", self.client.where, value)
+        for (obj, method), (ok, value) in zip(asked, outcomes, strict=True):
             if method == "wait" and isinstance(obj, RemoteOperation):
                 if obj.waited((ok, value)):
                     self.session.known[obj.oid, "done"] = False
@@ -172,6 +200,9 @@ class HilBackend:
         self._leaser: Leaser[Agent] = Leaser(policy, lambda h: Agent(h, connect, holder, wrap), Agent.close)
         self.agents: list[Agent] = self._leaser.acquire(hosts)
         self.lease_log.start([a.host.name for a in self.agents])
+        self.kernel_log = KernelLog()  # the report's "kernel" and "kernel_resources"
+        for agent in self.agents:
+            self.kernel_log.host(agent.host.name, agent.kernel_release, agent.witness, agent.workarounds)
         self._capabilities = combined_capabilities([a.capabilities for a in self.agents], len(self.nodes))
 
     @property
@@ -195,33 +226,25 @@ class HilBackend:
         raise ValueError(f"{thing!r:.80} is not an object of this hil backend")
 
     def connect_sockets(self, a: Process, b: Process) -> tuple[RemoteSocket, RemoteSocket]:
-        if not isinstance(a, RemoteProcess) or not isinstance(b, RemoteProcess):
-            raise TypeError(f"connect_sockets takes processes of this backend, got {a!r} and {b!r}")
-        agent_a, agent_b = self.agent_of(a), self.agent_of(b)
-        if agent_a is agent_b:
-            ref_a, ref_b = agent_a.call("connect_local", a, b)
-            sock_a: RemoteSocket = agent_a.session.obj(ref_a, RemoteSocket, a)
-            sock_b: RemoteSocket = agent_b.session.obj(ref_b, RemoteSocket, b)
-        else:
-            # Across hosts the controller relays where b listens (its device's address and a port); a connects
-            # through the RDMA connection manager, b's child accepting by itself: two round trips, no deadlock.
-            ref_b, where = agent_b.call("socket_listen", b)
-            sock_b = agent_b.session.obj(ref_b, RemoteSocket, b)
-            try:
-                ref_a = agent_a.call("socket_connect", a, where)
-            except BaseException:
-                with contextlib.suppress(Exception):  # a failed connect leaves nothing behind
-                    b.node.provider.close_socket(sock_b)
-                raise
-            sock_a = agent_a.session.obj(ref_a, RemoteSocket, a)
-        if agent_a is not agent_b:
-            # CM tells a survivor its peer's close; the relay stays for a host that vanished (a no-op otherwise).
-            sock_a.on_close = lambda: agent_b.session.void(agent_b.engine, "peer_closed", sock_b)
-            sock_b.on_close = lambda: agent_a.session.void(agent_a.engine, "peer_closed", sock_a)
-        return sock_a, sock_b
+        [(ok, value)] = self.connect_many([(a, b)])
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def connect_many(self, pairs: Sequence[tuple[Process, Process]]) -> list[Outcome]:
+        """A connected socket pair for each (a, b), each its own outcome, in two round trips at most: every
+        host's listens in one write, then every host's connects (hil/controller/connecting.py)."""
+        for a, b in pairs:
+            if not isinstance(a, RemoteProcess) or not isinstance(b, RemoteProcess):
+                raise TypeError(f"connect_sockets takes processes of this backend, got {a!r} and {b!r}")
+        return connect_many(self.agent_of, pairs)  # type: ignore[arg-type]
 
     def together(self, calls: Sequence[Call]) -> list[Outcome]:
-        """``calls`` made together, one round trip per host (pytest_san.protocols.Pipelining)."""
+        """``calls`` made together, one round trip per host (pytest_san.protocols.Pipelining); connects of
+        socket pairs (``(backend, "connect_sockets", (a, b))``) in two."""
+        if calls and all(target is self and method == "connect_sockets" and len(args) == 2
+                         for target, method, args in calls):
+            return self.connect_many([(args[0], args[1]) for _, _, args in calls])  # type: ignore[misc]
         return together(calls)
 
     def answering(self, questions: Sequence[Question]) -> contextlib.AbstractContextManager[None]:
@@ -229,7 +252,24 @@ class HilBackend:
         return answering(questions)
 
     def leaks(self) -> list[Leak]:
-        return [Leak(node, kind, detail) for agent in self.agents for node, kind, detail in agent.call("leaks")]
+        """What every agent still holds, all asked at once (one round trip)."""
+        for agent in self.agents:
+            agent.session.send_many([(agent.engine, "leaks", [])])
+        found: list[Leak] = []
+        failure: Exception | None = None
+        for agent in self.agents:
+            try:
+                [(ok, value)] = agent.session.collect()
+            except Exception as exc:  # a dead agent: the others are still read, then this is raised
+                failure = failure or exc
+                continue
+            if not ok:
+                failure = failure or value
+                continue
+            found += [Leak(node, kind, detail) for node, kind, detail in value]
+        if failure is not None:
+            raise failure
+        return found
 
     def round_trips(self) -> dict[str, int]:
         """Per host: times the controller has waited for its agent's replies so far (pipelined requests
@@ -289,8 +329,25 @@ class HilBackend:
         finally:
             for agent in self.agents:
                 agent.session.known.clear()
+                self.kernel_log.add(agent.host.name, agent.readings)
+                agent.readings = []
             self._replace_dead()
         return leaks, errors
+
+    def end_kernel_record(self) -> None:
+        """The session's end: each host's agent closes its processes and reads what the kernel still holds
+        of theirs (one round trip per host, all hosts at once). The agents serve nothing afterwards."""
+        live = [a for a in self.agents if a.witnessed and not a.client.dead]
+        for agent in live:
+            agent.session.send_many([(agent.engine, "end_session", [])])
+        for agent in live:
+            try:
+                [(ok, reading)] = agent.session.collect()
+            except Exception as exc:  # a host gone at the end: the record says so, the run goes on
+                reading, ok = {"at": "the session's end", "unavailable": str(exc), "findings": []}, True
+            if not ok:
+                reading = {"at": "the session's end", "unavailable": str(reading), "findings": []}
+            self.kernel_log.session_end(agent.host.name, reading)
 
     def _replace_dead(self) -> None:
         for agent in self.agents:
@@ -302,11 +359,14 @@ class HilBackend:
                 agent.close()
                 self._leaser.restart(agent.host, agent.start)
                 self.lease_log.start([a.host.name for a in self.agents])
+                self.kernel_log.host(agent.host.name, agent.kernel_release, agent.witness, agent.workarounds)
 
     def reset(self) -> None:
         self._replace_dead()
         for agent in self.agents:
             agent.reset()
+            self.kernel_log.add(agent.host.name, agent.readings)
+            agent.readings = []
 
     def close(self) -> None:
         self.lease_log.end()  # before the agents go: a record never claims more than was held

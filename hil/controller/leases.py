@@ -1,9 +1,10 @@
 """Leases on lab hosts, the controller's side: who we are, waiting for free hosts, the lease records.
 
-The lease itself is held by the agent on the host (``hil/agent/lease.py``: an flock kept for the
-agent's life), so it ends with the agent, its SSH connection or its controller; nothing here can
-leave a stale lock behind. This module starts agents until it has the hosts it needs, waits (with a
-visible message) while they are leased by others, and gives up after a timeout naming the holders.
+The lease itself is held by the agent on the host (``hil/agent/lease.py``: an abstract socket kept for
+the agent's life, the same for every user of the host), so it ends with the agent, its SSH connection or
+its controller; nothing here can leave a stale lock behind. This module starts agents until it has the
+hosts it needs, waits (with a visible message) while they are leased by others, and gives up after a
+timeout naming the holders.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def now_iso(at: float | None = None) -> str:
 
 @dataclass(frozen=True)
 class LeaseRequest:
-    """Who asks for the lease: written into the host's lease file, shown to whoever finds it busy."""
+    """Who asks for the lease: what the holding agent answers whoever finds the host busy."""
 
     worker: str = "main"  # the xdist worker id (gw0, gw1, ...) or "main"
     run: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # shared by every worker of one run
@@ -67,15 +68,18 @@ class LeaseRequest:
 
 
 def describe_holder(holder: Mapping[str, object]) -> str:
-    """'worker gw1 of run 3f2a... on ctl (pid 4242) since 2026-...' from a lease file's record."""
+    """'worker gw1 of run 3f2a... on ctl (pid 4242, user ci) since 2026-...' from a lease's record."""
     if holder.get("refused"):
-        return f"no one: the agent refused its lease file ({holder['refused']})"
+        return f"no one: the agent could not take its lease ({holder['refused']})"
     if not holder:
-        return "an unknown holder (the lease file has no record)"
+        return "an unknown holder (it did not say who it is)"
     worker = holder.get("worker") or "?"
     text = f"worker {worker} of run {holder.get('run') or '?'} on {holder.get('controller') or '?'}"
-    if holder.get("pid"):
-        text += f" (pid {holder['pid']})"
+    about = [f"pid {holder['pid']}"] if holder.get("pid") else []
+    if holder.get("user"):
+        about.append(f"user {holder['user']}")
+    if about:
+        text += f" ({', '.join(about)})"
     if holder.get("since"):
         text += f" since {holder['since']}"
     return text
@@ -90,10 +94,7 @@ class LeaseTimeout(AgentError):
 
 
 class LeaseRefused(AgentError):
-    """The agent found its host's lease file unsafe (a FIFO, another user's file, a hard link...).
-
-    Waiting would not help: the message names the host and the file, and says what is wrong with it.
-    """
+    """The agent could not take its host's lease at all (it says why); waiting would not help."""
 
 
 def _check_refused(host: HostConfig, busy: HostBusy) -> None:

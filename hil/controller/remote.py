@@ -112,7 +112,7 @@ class Session:
         self.deferring = False
         self._queue: list[tuple[int, str, list[Encoded]]] = []
         self.deferred_errors: list[tuple[str, Exception]] = []
-        self._sent_queued: list[str] = []  # methods of queued calls written by send_many, replies unread
+        self._sent: list[str | None] = []  # what was written since the last collect: a queued call's method, or None
         # Answers known without asking (the harness fetched them pipelined): (object id, method) -> result.
         self.known: dict[tuple[int, str], Any] = {}
         # Answers to questions with arguments asked together (HilBackend.answering), for as long as it says.
@@ -130,7 +130,7 @@ class Session:
                 if not ok:
                     raise value
                 return value
-        if not self._queue:
+        if not self._queue and not self._sent:
             return self.client.call(oid, method, *encoded, timeout=timeout)
         ok, value = self.call_many([(oid, method, encoded)], timeout)[0]
         if not ok:
@@ -140,9 +140,21 @@ class Session:
     def void(self, oid: int, method: str, *args: object) -> None:
         """A call whose answer is None: queued while ``deferring`` (its error, if any, kept), else made now."""
         if self.deferring:
-            self._queue.append((oid, method, [self.codec.encode(a) for a in args]))
+            self.queue(oid, method, *args)
         else:
             self.call(oid, method, *args)
+
+    def queue(self, oid: int, method: str, *args: object) -> None:
+        """A call whose answer nobody waits for: it goes out with the next request to this agent, ahead of it
+        (its error, if any, kept in ``deferred_errors``)."""
+        self._queue.append((oid, method, [self.codec.encode(a) for a in args]))
+
+    def send_one(self, obj: Encoded, method: str, args: list[Encoded]) -> int:
+        """Write one request (after what is queued) without waiting: its request id (``collect`` reads it)."""
+        self._send_queued()
+        rid = self.client.send(obj, method, args)  # type: ignore[arg-type]
+        self._sent.append(None)
+        return rid
 
     def call_many(self, requests: list[tuple[int, str, list[Encoded]]],
                   timeout: float | None = None) -> list[Outcome]:
@@ -154,19 +166,29 @@ class Session:
     def send_many(self, requests: list[tuple[int, str, list[Encoded]]]) -> None:
         """Write the queued calls and ``requests`` without waiting (``collect`` reads the replies): the
         harness asks several agents at once."""
-        queued, self._queue = self._queue, []
-        for oid, method, args in [*queued, *requests]:
+        self._send_queued()
+        for oid, method, args in requests:
             self.client.send(oid, method, args)
-        self._sent_queued += [method for _, method, _ in queued]
+            self._sent.append(None)
+
+    def _send_queued(self) -> None:
+        queued, self._queue = self._queue, []
+        for oid, method, args in queued:
+            self.client.send(oid, method, args)
+            self._sent.append(method)
 
     def collect(self, timeout: float | None = None) -> list[Outcome]:
-        """The outcomes of what ``send_many`` wrote, the queued calls' errors to ``deferred_errors``."""
-        queued, self._sent_queued = self._sent_queued, []
+        """The outcomes of what was written (``send_many``, ``send_one``), the queued calls' errors to
+        ``deferred_errors``."""
+        sent, self._sent = self._sent, []
         outcomes = self.client.collect(timeout)
-        for method, (ok, value) in zip(queued, outcomes[:len(queued)], strict=True):
-            if not ok:
-                self.deferred_errors.append((method, value))
-        return outcomes[len(queued):]
+        mine: list[Outcome] = []
+        for queued, (ok, value) in zip(sent, outcomes, strict=True):
+            if queued is None:
+                mine.append((ok, value))
+            elif not ok:
+                self.deferred_errors.append((queued, value))
+        return mine
 
     def flush(self) -> None:
         """Send what is queued (one round trip), its errors to ``deferred_errors``."""
@@ -263,7 +285,7 @@ class RemoteProcess(Remote):
         return bool(self._call("alive"))
 
     def alloc(self, nbytes: int) -> RemoteBuffer:
-        return _as_buffer(self.session, self._call("alloc", nbytes))
+        return self.session.buffer(self._call("alloc", nbytes))
 
     def buffer_at(self, address: int, length: int) -> RemoteBuffer:
         """Any range, mapped or not, even of a negative length (providers refuse those)."""
@@ -287,15 +309,25 @@ class RemoteBuffer:
     length: int
 
     def read(self, n: int | None = None, offset: int = 0) -> bytes:
-        offset = _int(offset, "offset")
-        n = self.length - offset if n is None else _int(n, "n")
-        if offset < 0 or n < 0 or offset + n > self.length:
-            raise ValueError(f"read of {n} bytes at offset {offset} is outside a {self.length}-byte buffer")
+        n, offset = self.checked_read(n, offset)
         # The agent checks the whole buffer, as a buffer of its engine is checked (mapped, process alive).
         data: bytes = self.process._call("buffer_read", self.address, self.length, n, offset)
         return data
 
+    def checked_read(self, n: object = None, offset: object = 0) -> tuple[int, int]:
+        """(n, offset) of a read inside the buffer; TypeError or ValueError otherwise."""
+        offset = _int(offset, "offset")
+        n = self.length - offset if n is None else _int(n, "n")
+        if offset < 0 or n < 0 or offset + n > self.length:
+            raise ValueError(f"read of {n} bytes at offset {offset} is outside a {self.length}-byte buffer")
+        return n, offset
+
     def write(self, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
+        payload, offset = self.checked_write(data, offset)
+        self.process._call("buffer_write", self.address, self.length, payload, offset)
+
+    def checked_write(self, data: object, offset: object = 0) -> tuple[bytes, int]:
+        """(the bytes, offset) of a write inside the buffer; TypeError or ValueError otherwise."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"write takes bytes, got {data!r:.80}")
         offset = _int(offset, "offset")
@@ -303,7 +335,7 @@ class RemoteBuffer:
         if offset < 0 or offset + len(payload) > self.length:
             raise ValueError(f"write of {len(payload)} bytes at offset {offset} "
                              f"is outside a {self.length}-byte buffer")
-        self.process._call("buffer_write", self.address, self.length, payload, offset)
+        return payload, offset
 
     def view(self, offset: int, length: int) -> RemoteBuffer:
         offset, length = _int(offset, "offset"), _int(length, "length")
@@ -390,10 +422,10 @@ class RemoteProvider(Remote):
         return self._rdma_read
 
     def _op(self, method: str, *args: object) -> RemoteOperation:
-        return _as_operation(self.session, self._call(method, *args))
+        return self.session.obj(self._call(method, *args), RemoteOperation)
 
     def register_memory(self, socket: Socket, buffer: Buffer, access: Access) -> Handle:
-        return _as_handle(self.session, self._call("register_memory", socket, buffer, access))
+        return int(self._call("register_memory", socket, buffer, access))
 
     def deregister_memory(self, socket: Socket, handle: Handle) -> None:
         self.session.void(self.oid, "deregister_memory", socket, handle)
@@ -432,16 +464,25 @@ class RemoteProvider(Remote):
 
     def close_socket(self, socket: Socket) -> None:
         self.session.void(self.oid, "close_socket", socket)
+        self.closed_socket(socket)
+
+    def closed_socket(self, socket: object) -> None:
+        """``socket`` was closed: its peer's host is told (once: a later kill of its process has nothing to
+        relay), with the next request to that host."""
         if isinstance(socket, RemoteSocket) and socket.on_close is not None:
             socket.on_close()
-            socket.on_close = None  # told once: a later kill of its process has nothing to relay
+            socket.on_close = None
 
     def getsockopt(self, socket: Socket, option: int) -> int:
         return int(self._call("getsockopt", socket, option))
 
     def registrations(self, socket: Socket) -> list[RemoteRegistration]:
-        return [RemoteRegistration(r["kind"], r["address"], r["length"], Access(r["access"]), r["refs"])
-                for r in self._call("registrations", socket)]
+        return as_registrations(self._call("registrations", socket))
+
+
+def as_registrations(reply: Any) -> list[RemoteRegistration]:
+    """The agent's answer to ``registrations`` (decoded JSON) as the stand-in returns it."""
+    return [RemoteRegistration(r["kind"], r["address"], r["length"], Access(r["access"]), r["refs"]) for r in reply]
 
 
 class RemoteAllocation(Remote):
@@ -483,9 +524,8 @@ class RemoteProxy(Remote):
     def nolowmem(self) -> bool:
         return bool(self._call("nolowmem"))
 
-    @nolowmem.setter
-    def nolowmem(self, value: bool) -> None:
-        self._call("set_nolowmem", value)
+    def set_nolowmem(self, enabled: bool) -> None:
+        self._call("set_nolowmem", enabled)
 
     def allocate(self, nbytes: int) -> RemoteAllocation:
         return self.session.obj(self._call("allocate", nbytes), RemoteAllocation)
@@ -509,28 +549,6 @@ class RemoteProxy(Remote):
 
     def live_allocations(self) -> int:
         return int(self._call("live_allocations"))
-
-
-def _as_buffer(session: Session, reply: Any) -> RemoteBuffer:
-    return session.buffer(reply)
-
-
-def _as_handle(session: Session, reply: Any) -> int:
-    return int(reply)
-
-
-def _as_operation(session: Session, reply: Any) -> RemoteOperation:
-    return session.obj(reply, RemoteOperation)
-
-
-PIPELINED: dict[tuple[type[Remote], str], Callable[[Session, Any], object]] = {
-    (RemoteProcess, "alloc"): _as_buffer,
-    (RemoteProvider, "register_memory"): _as_handle,
-    (RemoteProvider, "recv"): _as_operation,
-    (RemoteProvider, "send"): _as_operation,
-}
-"""The calls ``HilBackend.together`` sends as they are (the stand-in's method only sends them and reads the
-reply so): each reply becomes what the stand-in returns."""
 
 
 # mypy checks each stand-in against the protocol it stands in for (no runtime cost).

@@ -5,16 +5,16 @@ The file is an Ansible inventory, YAML (``all`` -> ``children`` -> ``hosts``/``v
 read without Ansible; one-off hosts can be given as strings (``ssh://root@127.0.0.1:10022?engine=verbs``).
 ``hil/inventory/examples/README.md`` explains every key.
 
-- :mod:`~hil.inventory.model`: :class:`HostConfig` (one host), :class:`Inventory` (a loaded file),
+- ``hil.inventory.model``: :class:`HostConfig` (one host), :class:`Inventory` (a loaded file),
   :class:`InventoryError`, and the rule each value follows. Standard library only.
-- :mod:`~hil.inventory.keys`: the one table of inventory keys (``ansible_port`` <-> ``HostConfig.port``
+- ``hil.inventory.keys``: the one table of inventory keys (``ansible_port`` <-> ``HostConfig.port``
   ...), which keys are errors and which are kept in ``HostConfig.extra``.
-- :mod:`~hil.inventory.reader`: :func:`load_inventory`: which form a file is, then the rest.
-- :mod:`~hil.inventory.yaml_inventory`, :mod:`~hil.inventory.ini_inventory`: the two forms, each into a
-  :mod:`~hil.inventory.tree` (groups, hosts and the precedence of their variables).
-- :mod:`~hil.inventory.vars_dirs`: ``group_vars/`` and ``host_vars/``.
-- :mod:`~hil.inventory.hoststring`: :func:`parse_host_string`.
-- :mod:`~hil.inventory.writer`: :func:`write_inventory`, hosts as a file the reader reads back.
+- ``hil.inventory.reader``: :func:`load_inventory`: which form a file is, then the rest.
+- ``hil.inventory.yaml_inventory``, ``hil.inventory.ini_inventory``: the two forms, each into a
+  ``hil.inventory.tree`` (groups, hosts and the precedence of their variables).
+- ``hil.inventory.vars_dirs``: ``group_vars/`` and ``host_vars/``.
+- ``hil.inventory.hoststring``: :func:`parse_host_string`.
+- ``hil.inventory.writer``: :func:`write_inventory`, hosts as a file the reader reads back.
 
 Importing this package does not import PyYAML: the readers and the writer import it when they run (an INI
 inventory without vars directories never does).

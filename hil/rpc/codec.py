@@ -10,6 +10,8 @@ or cannot carry travels tagged, encoded and decoded by :class:`Codec`:
   ``{"$i": [value, repr]}``             an int subclass (an enum of another type): an int, but no ``int``
   ``{"$x": repr}``                      any other object: for the receiver, an object it knows nothing of
   ``{"$dd": {field: value}}``           a DeviceDescription, field by field
+  ``{"$r": request id}``                what an earlier request of the same pipelined stream returned (an
+                                        agent's request only: calls made together name earlier results so)
 
 The contract's own enums (``Access``, ``CacheType``) travel as their int values. Arguments JSON would
 change reach the engine as stand-ins it refuses as it refuses them in-process (CONTRACT.md section 4). What is
@@ -183,6 +185,8 @@ class Codec:
             return self.buffer(process, self.decode(address), self.decode(length))
         if "$x" in value:
             return Opaque(str(value["$x"]))
+        if "$r" in value:
+            return self.earlier(value["$r"])
         if "$i" in value:
             ref = value["$i"]
             if not isinstance(ref, list) or len(ref) != 2 or type(ref[0]) is not int:
@@ -199,6 +203,10 @@ class Codec:
     def resolve(self, oid: int) -> object:
         """The object ``{"$o": oid}`` names."""
         raise ProtocolError(f"no object {oid} is known here")
+
+    def earlier(self, rid: object) -> object:
+        """What the earlier request ``{"$r": rid}`` names returned."""
+        raise ProtocolError(f"no earlier results are known here (asked for request {rid!r:.40})")
 
     def owner(self, owner: object, *, foreign: bool) -> object:
         """The process of a ``$buf`` (an object id) or of a ``$fbuf`` (another host's name)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 OBJECTS: dict[str, frozenset[str]] = {
     "engine": frozenset({"hello", "connect_local", "socket_listen", "socket_connect", "peer_closed", "leaks",
-                         "reset", "faults"}),
+                         "reset", "faults", "kernel_reading", "kernel_readings", "end_session"}),
     "node": frozenset({"spawn_process", "default_process"}),
     "process": frozenset({"alloc", "read", "write", "buffer_read", "buffer_write", "kill", "alive"}),
     "provider": frozenset({"register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
@@ -29,5 +29,5 @@ CHILD = frozenset((
     "register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
     "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
     "getsockopt", "registrations",
-    "supports_rdma_read", "op_wait", "op_done", "leaks", "reset", "exit",
+    "supports_rdma_read", "op_wait", "op_done", "leaks", "reset", "exit", "kernel_declared",
 ))

@@ -56,14 +56,21 @@ def refuse_unknown(parser: argparse.ArgumentParser, unknown: Sequence[str], pass
     hints = {}
     for word in unknown:
         option = word.partition("=")[0]
-        near = difflib.get_close_matches(option, known, n=1, cutoff=0.6) if option.startswith("-") else []
-        if near:
-            hints[option] = near[0]
+        if not option.startswith("-"):
+            continue
+        # Every parser has allow_abbrev=False (`--kernel` once silently meant `--kernel-cache`): an
+        # abbreviation is refused, naming each option it could stand for in full.
+        longer = [k for k in known if k.startswith(option) and option.startswith("--") and len(option) > 2]
+        near = difflib.get_close_matches(option, known, n=1, cutoff=0.6)
+        if longer:
+            hints[option] = f"abbreviations are not accepted: did you mean {' or '.join(longer)}?"
+        elif near:
+            hints[option] = f"did you mean {near[0]}?"
     message = f"unrecognized arguments: {' '.join(unknown)}"
     if len(hints) == 1:
-        message += f" (did you mean {next(iter(hints.values()))}?)"
+        message += f" ({next(iter(hints.values()))})"
     elif hints:
-        message += " (" + "; ".join(f"{option}: did you mean {near}?" for option, near in hints.items()) + ")"
+        message += " (" + "; ".join(f"{option}: {hint}" for option, hint in hints.items()) + ")"
     if passes_on:
         message += f"; {passes_on}'s arguments go after {PASS_ON}: {parser.prog} [options] {PASS_ON} [{passes_on} args]"
     parser.error(message)

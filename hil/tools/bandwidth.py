@@ -1,5 +1,6 @@
 """RDMA write bandwidth against message size: the harness (pytest-san's public API on the hil backend)
-and ``ib_write_bw`` (perftest, run on the hosts over the transport), and a plot of both side by side.
+and ``ib_write_bw`` (perftest, run on the hosts over the transport), at the same sizes, and a plot of both
+on one axis per host set with their ratio.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from hil.transport import Channel, TransportError
 from pytest_san import Access, Status, Switch
 from pytest_san.burst import DEPTH, rdma_write_burst
 
-HARNESS_SIZES: tuple[int, ...] = tuple(4 ** k for k in range(6, 12))  # 4 KiB ... 4 MiB
-"""Message sizes the harness measures."""
+HARNESS_SIZES: tuple[int, ...] = tuple(2 ** k for k in range(1, 24))  # 2 B ... 8 MiB
+"""Message sizes the harness measures: those ``ib_write_bw -a`` measures (SWEEP), so that both are compared at
+every size."""
 
 Point = tuple[int, float]  # (message bytes, Gb/s)
 
@@ -182,40 +184,79 @@ Series = Mapping[str, Mapping[str, Sequence[Point]]]
 """{host set: {"harness": points, "ib_write_bw": points}}"""
 
 
+def ratios(harness: Sequence[Point], perftest: Sequence[Point]) -> list[tuple[int, float]]:
+    """(bytes, harness / ib_write_bw) at every size both measured (and ib_write_bw above 0)."""
+    theirs = dict(perftest)
+    return [(size, gbps / theirs[size]) for size, gbps in sorted(harness) if theirs.get(size)]
+
+
+def missing_sizes(harness: Sequence[Point], perftest: Sequence[Point]) -> dict[str, list[int]]:
+    """The sizes one tool measured and the other did not: {"harness": [...], "ib_write_bw": [...]}."""
+    ours, theirs = {s for s, _ in harness}, {s for s, _ in perftest}
+    return {"harness": sorted(theirs - ours), "ib_write_bw": sorted(ours - theirs)}
+
+
+def size_label(size: float, _position: object = None) -> str:
+    """4096 -> "4 KiB": the x axis's tick labels."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size:g} B"
+
+
 def plot_bandwidth(series: Series, path: Path) -> bool:
-    """Draw ``series`` into ``path`` (PNG): harness left, ib_write_bw right, same log axes.
+    """Draw ``series`` into ``path`` (PNG): one axis per host set, the harness and ib_write_bw on the same log
+    axes, and on a second axis at the right their ratio (harness / ib_write_bw) at each size both measured.
 
     False, and no file, when matplotlib is not installed (``pip install 'pytest-san[nightly]'``).
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg  # type: ignore[import-not-found,unused-ignore]
         from matplotlib.figure import Figure  # type: ignore[import-not-found,unused-ignore]
+        from matplotlib.ticker import FuncFormatter  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return False
-    figure = Figure(figsize=(11, 4.5), layout="constrained")
+    names = list(series) or ["(no host set)"]
+    figure = Figure(figsize=(10, 3.6 * len(names)), layout="constrained")
     FigureCanvasAgg(figure)  # attaches itself: savefig renders with Agg, no pyplot, no global state
-    left, right = figure.subplots(1, 2, sharex=True, sharey=True)  # same axes: compare at a glance
-    panels = ((left, "harness", "harness: pytest-san rdma_write bursts on the hosts"),
-              (right, "ib_write_bw", "ib_write_bw (perftest, on the hosts)"))
-    for axes, key, title in panels:
-        drawn = False
-        for index, (name, by_tool) in enumerate(series.items()):
-            points = sorted(by_tool.get(key, ()))
-            if points:  # one colour per host set in both panels
-                axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=name,
-                          color=f"C{index % 10}")
-                drawn = True
-        if not drawn:
-            axes.text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes.transAxes)
-        axes.set_title(title, fontsize=10)
+    axes_list = figure.subplots(len(names), 1, squeeze=False)[:, 0]
+    for axes, name in zip(axes_list, names, strict=True):
+        by_tool = series.get(name, {})
+        harness, perftest = sorted(by_tool.get("harness", ())), sorted(by_tool.get("ib_write_bw", ()))
+        lines = []
+        for points, label, colour in ((harness, "harness (pytest-san rdma_write bursts)", "C0"),
+                                      (perftest, "ib_write_bw (perftest)", "C1")):
+            if points:
+                lines += axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
+                                   color=colour, label=label)
         axes.set_xscale("log", base=2)
-        axes.set_xlabel("message size (bytes)")
+        axes.set_xticks([2 ** k for k in range(1, 24, 3)])
+        axes.xaxis.set_major_formatter(FuncFormatter(size_label))
+        axes.set_xlabel("message size")
+        axes.set_ylabel("RDMA write (Gb/s)")
         axes.grid(True, which="both", alpha=0.3)
-        if drawn:
-            axes.set_yscale("log")
-            axes.legend(fontsize=8)
-    left.set_ylabel("RDMA write bandwidth (Gb/s)")
-    figure.suptitle("RDMA write bandwidth against message size")
+        axes.set_title(f"{name}: RDMA write bandwidth against message size", fontsize=10)
+        if not lines:
+            axes.text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes.transAxes)
+            continue
+        axes.set_yscale("log")
+        ratio = ratios(harness, perftest)
+        if ratio:
+            right = axes.twinx()
+            lines += right.plot([r[0] for r in ratio], [r[1] for r in ratio], linestyle="--", marker="s",
+                                markersize=3, color="C2", label="harness / ib_write_bw (right axis)")
+            right.axhline(1.0, color="C2", linewidth=0.8, alpha=0.5)
+            right.set_ylabel("harness / ib_write_bw", color="C2")
+            right.set_ylim(0, max(1.2, max(r[1] for r in ratio) * 1.15))
+            for size, value in ratio[::max(1, len(ratio) // 8)]:  # some values written out, one in ~8
+                right.annotate(f"{value:.2f}", (size, value), textcoords="offset points", xytext=(0, 5),
+                               ha="center", fontsize=7, color="C2")
+        for tool, sizes in missing_sizes(harness, perftest).items():
+            if sizes:
+                shown = "not measured" if len(sizes) == len(harness or perftest) else \
+                    f"not measured at {', '.join(size_label(s) for s in sizes)}"
+                lines += axes.plot([], [], " ", label=f"{tool}: {shown}")
+        axes.legend(handles=lines, fontsize=8, loc="upper left")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png", dpi=100)
     return True

@@ -34,12 +34,14 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="san-hil", description="pytest-san hardware-in-the-loop tools")
+    parser = argparse.ArgumentParser(prog="san-hil", description="pytest-san hardware-in-the-loop tools",
+                                     allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"san-hil {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    prep = commands.add_parser("prepare", help="check each lab host (RDMA device, port, GID, netdev, "
-                                               "memlock, pyverbs) and say what is missing")
+    prep = commands.add_parser("prepare", allow_abbrev=False,
+                               help="check each lab host (RDMA device, port, GID, netdev, memlock, pyverbs) and "
+                                    "say what is missing")
     _hosts_arguments(prep)
     prep.add_argument("--create-rxe", action="store_true",
                       help="add a Soft-RoCE device (san_device, default rxe0) on san_netdev where it is missing")
@@ -51,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     from hil.tools.nightly import add_nightly_command
 
     add_nightly_command(commands)
+    from hil.tools.mutants import add_mutants_command
+
+    add_mutants_command(commands)
+    from hil.tools.kernel_matrix import add_matrix_command
+
+    add_matrix_command(commands)
     refuse_renamed(commands.choices["nightly"], "--hosts", "--limit", HOSTS_RENAMED)
     _verbose_after_commands(parser)
     return parser

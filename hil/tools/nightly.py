@@ -6,8 +6,9 @@ tests over the hosts would not give), then another runs ``pytest_san.model`` the
 budget. Runs go in parallel up to ``--jobs``; two runs sharing a host (a set's suite and model, or the
 odd verbs host out paired with its predecessor) never run at once, and the hosts' leases keep other
 runs off them. Then, on verbs pairs, RDMA write bandwidth (harness and ib_write_bw). Writes into
-``--out``: ``junit.xml`` (one testsuite per run), ``report.json`` (conformance per set and rule, the
-model per set), ``summary.md`` (read in ten seconds) and ``bandwidth.png``.
+``--out``: ``index.html`` (the whole night on one page, :mod:`hil.tools.nightly_index`), ``junit.xml`` (one
+testsuite per run), ``report.json`` (conformance per set and rule, the model per set), ``summary.md`` (read in
+ten seconds) and ``bandwidth.png``; each run's pytest-html report where pytest-html is installed.
 
 The parts: :mod:`hil.tools.nightly_plan` (the host sets), :mod:`hil.tools.nightly_runs` (running
 their pytest), :mod:`hil.tools.nightly_results` (junit.xml, report.json entries, summary.md),
@@ -37,6 +38,7 @@ from typing import Any, TextIO
 from hil.controller.leases import DEFAULT_LEASE_TIMEOUT, now_iso
 from hil.inventory import load_inventory
 from hil.tools.arguments import INVENTORY_HELP
+from hil.tools.nightly_index import write_index
 from hil.tools.nightly_model import STEPS, TOTAL_SEQUENCES, ModelOptions, model_args, model_report, plugin_args
 from hil.tools.nightly_plan import HostSet, host_sets
 from hil.tools.nightly_results import merge_junit, render_summary, set_report
@@ -118,7 +120,7 @@ class NightlyOptions:
 
 
 def nightly(opts: NightlyOptions) -> int:
-    """Run it all and write the four files; 0 only when every set passed, the model found no divergence
+    """Run it all and write the files; 0 only when every set passed, the model found no divergence
     and every measurement worked. Progress: records of ``hil.tools.nightly``."""
     say = _progress
     inventory = opts.inventory.resolve()
@@ -137,7 +139,7 @@ def nightly(opts: NightlyOptions) -> int:
         models.append(run := SetRun(hs, out / "hosts" / hs.slug / "model", kind="model"))
         run.argv = pytest_argv(run, inventory, opts.group, opts.lease_timeout, extra)
     for run in suites + models:
-        for stale in (run.junit, run.report, run.failures):
+        for stale in (run.junit, run.report, run.failures, run.html):
             stale.unlink(missing_ok=True)
     started, began = now_iso(), time.monotonic()
     jobs = max(1, opts.jobs or len(sets))
@@ -193,7 +195,9 @@ def nightly(opts: NightlyOptions) -> int:
     merge_junit(suites + models, out / "junit.xml")
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")  # ASCII (\\u escapes)
     (out / "summary.md").write_text(render_summary(report), encoding="utf-8")
-    written = ["junit.xml", "report.json", "summary.md"] + (["bandwidth.png"] if report["bandwidth_png"] else [])
+    write_index(report, out)
+    written = ["index.html", "junit.xml", "report.json", "summary.md"] + (["bandwidth.png"] if report["bandwidth_png"]
+                                                                           else [])
     if report["model"]:
         m = report["model"]
         say(f"nightly: model: {m['status']}: {m['sequences']} sequences, {m['steps']} steps, "
@@ -208,7 +212,7 @@ def add_nightly_command(commands: Any) -> None:
         "nightly", allow_abbrev=False,
         usage="san-hil nightly --inventory PATH --out DIR [options] [-- pytest args ...]",
         help="the suite, then the reference model, on every host (pair) of the inventory, in parallel; "
-             "junit.xml, report.json, summary.md, bandwidth.png in --out (pytest's arguments after --)")
+             "index.html, junit.xml, report.json, summary.md, bandwidth.png in --out (pytest's arguments after --)")
     p.add_argument("--inventory", required=True, type=Path, help=INVENTORY_HELP)
     p.add_argument("--out", required=True, type=Path, help="directory for the results")
     p.add_argument("--group", default="san", help="inventory group (default: san)")

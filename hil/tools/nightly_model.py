@@ -113,6 +113,7 @@ def set_model(run: SetRun, options: ModelOptions, per_set: int, inventory: str, 
         "alternatives": dict(model.get("alternatives", {})),
         "diagnostics": diagnostics,
         "log": str(run.log),
+        "html": str(run.html) if run.html.is_file() else None,
         "error": None if ok or divergences else _log_tail(run.log),
     }
     if entry["seed"] is not None:

@@ -19,7 +19,7 @@ from hil.tools.nightly_model import render_model
 from hil.tools.nightly_runs import FAIL, NONE, PASS, SetRun, _load_json, _totals
 from pytest_san.report import RULE_IDS
 
-__all__ = ["merge_junit", "render_summary", "set_report"]
+__all__ = ["merge_junit", "render_summary", "set_report", "verdict_parts"]
 
 _DIAGNOSTIC_LINES = 40
 
@@ -83,6 +83,15 @@ def _read_suites(run: SetRun) -> list[ET.Element]:
 # --- report.json --------------------------------------------------------------------------------------
 
 
+def _kernel_findings(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """How many hosts' kernels were read, and what they found (each finding also failed its test)."""
+    read = [entry for entry in resources.values() if not entry.get("unavailable")]
+    findings = sum(len(test.get("findings", ())) for entry in read for test in entry.get("tests", ()))
+    findings += sum(len((entry.get("session_end") or {}).get("findings", ())) for entry in read)
+    workarounds = sorted({w for entry in resources.values() for w in entry.get("workarounds") or ()})
+    return {"kernel_read": len(read), "kernel_findings": findings, "workarounds": workarounds}
+
+
 def set_report(run: SetRun) -> dict[str, Any]:
     """One set's entry of report.json: status, per-rule counts, its failures with diagnostics, leases."""
     report = _load_json(run.report)
@@ -119,7 +128,10 @@ def set_report(run: SetRun) -> dict[str, Any]:
         "rules": rules,
         "failures": failed_tests + list(others.values()),
         "leases": report.get("leases", []),
+        "kernel": report.get("kernel", {}),  # host -> its kernel release, as its agent saw it
+        **_kernel_findings(report.get("kernel_resources") or {}),
         "log": str(run.log),
+        "html": str(run.html) if run.html.is_file() else None,
         "error": None if ok or report else _log_tail(run.log, 15),
     }
 
@@ -165,6 +177,14 @@ def render_summary(report: Mapping[str, Any]) -> str:
     lines += ["", f"{PASS} n: every test of the rule passed (n tests) · {FAIL} f/n: f of the n tests that ran "
                   f"failed · {NONE}: not run on that host (skipped: capability missing). Per test: "
                   f"passed · failed · skipped.", ""]
+    kernels = [f"{host} `{release}`" for entry in sets.values() for host, release in entry.get("kernel", {}).items()]
+    if kernels:
+        findings = sum(entry.get("kernel_findings", 0) for entry in sets.values())
+        read = sum(entry.get("kernel_read", 0) for entry in sets.values())
+        witness = (f"{FAIL} {findings} finding(s) (the tests that left them failed)" if findings else
+                   f"{PASS} nothing left by the agents' processes, on {read} host(s)" if read else
+                   "not read (no verbs host)")
+        lines += [f"Kernels: {', '.join(kernels)}; the kernel's RDMA resource tracking: {witness}", ""]
     lines += render_model(report)
     failing = [(name, entry) for name, entry in sets.items() if entry["status"] != "passed"]
     if failing:
@@ -192,11 +212,14 @@ def render_summary(report: Mapping[str, Any]) -> str:
         if report.get("bandwidth_note"):
             lines += [report["bandwidth_note"], ""]
         for name, entry in bandwidth.items():
-            lines += [f"**{name}** (Gb/s)", "", "| bytes | harness | ib_write_bw |", "| ---: | ---: | ---: |"]
+            lines += [f"**{name}** (Gb/s)", "", "| bytes | harness | ib_write_bw | harness / ib_write_bw |",
+                      "| ---: | ---: | ---: | ---: |"]
             harness = {p["bytes"]: p["gbps"] for p in entry.get("harness", [])}
             perftest = {p["bytes"]: p["gbps"] for p in entry.get("ib_write_bw", [])}
             for size in sorted(set(harness) | {s for s in perftest if s >= min(harness, default=0)}):
-                lines.append(f"| {size} | {_gbps(harness.get(size))} | {_gbps(perftest.get(size))} |")
+                ratio = harness[size] / perftest[size] if harness.get(size) and perftest.get(size) else None
+                lines.append(f"| {size} | {_gbps(harness.get(size))} | {_gbps(perftest.get(size))} | "
+                             f"{_gbps(ratio)} |")
             for key in ("harness_error", "ib_write_bw_error"):
                 if entry.get(key):
                     lines += ["", f"{FAIL} {key.replace('_error', '')}: {entry[key]}"]
@@ -204,25 +227,32 @@ def render_summary(report: Mapping[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _verdict(report: Mapping[str, Any]) -> str:
-    """One line: the suite's and the model's verdicts, and bandwidth's if it failed."""
+def verdict_parts(report: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """(what, passed or None when not run, the verdict) of the suite, the model and, if it failed, bandwidth:
+    summary.md's and index.html's verdict line."""
     sets = report["hosts"].values()
     failed = sum(1 for entry in sets if entry["status"] != "passed")
-    parts = [f"**Suite**: {PASS} passed on all {len(sets)} host set(s)" if not failed else
-             f"**Suite**: {FAIL} failed on {failed} of {len(sets)} host set(s)"]
+    parts: list[tuple[str, bool | None, str]] = [
+        ("Suite", True, f"{PASS} passed on all {len(sets)} host set(s)") if not failed else
+        ("Suite", False, f"{FAIL} failed on {failed} of {len(sets)} host set(s)")]
     model = report.get("model")
     if not model:
-        parts.append("**Model**: not run (--no-model)")
+        parts.append(("Model", None, "not run (--no-model)"))
     elif model["status"] == "passed":
-        parts.append(f"**Model**: {PASS} no divergence in {model['sequences']} sequences, {model['steps']} steps")
+        parts.append(("Model", True, f"{PASS} no divergence in {model['sequences']} sequences, {model['steps']} steps"))
     else:
         broken = sum(1 for e in model["sets"].values() if e["status"] == "failed")
-        text = f"{model['divergences']} divergence(s) in {model['sequences']} sequences"
-        parts.append(f"**Model**: {FAIL} {text}" + (f", the run failed on {broken} host set(s)" if broken else ""))
+        text = f"{FAIL} {model['divergences']} divergence(s) in {model['sequences']} sequences"
+        parts.append(("Model", False, text + (f", the run failed on {broken} host set(s)" if broken else "")))
     bandwidth = report.get("bandwidth") or {}
     if any(e.get("harness_error") or e.get("ib_write_bw_error") for e in bandwidth.values()):
-        parts.append(f"**Bandwidth**: {FAIL} a measurement failed")
-    return " · ".join(parts)
+        parts.append(("Bandwidth", False, f"{FAIL} a measurement failed"))
+    return parts
+
+
+def _verdict(report: Mapping[str, Any]) -> str:
+    """One line: the suite's and the model's verdicts, and bandwidth's if it failed."""
+    return " · ".join(f"**{what}**: {text}" for what, _, text in verdict_parts(report))
 
 
 def _when(iso: str) -> str:

@@ -2,12 +2,14 @@
 parallel, never two on one host.
 
 ``SetRun`` is one pytest run on a set (the suite or the model; its directory: pytest.log, junit.xml,
-report.json, failures.json, and how it ended); ``pytest_argv`` its command line; ``run_sets`` runs them
-all, ``jobs`` at a time. What they print is ASCII: nightly runs under any locale (issue 12).
+report.json, failures.json, report.html where pytest-html is installed, and how it ended); ``pytest_argv``
+its command line; ``run_sets`` runs them all, ``jobs`` at a time. What they print is ASCII: nightly runs under
+any locale (issue 12).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -62,6 +64,18 @@ class SetRun:
     def log(self) -> Path:
         return self.directory / "pytest.log"
 
+    @property
+    def html(self) -> Path:
+        """pytest-html's report of the run (index.html links each cell of its matrix to one)."""
+        return self.directory / "report.html"
+
+
+def _html_args(run: SetRun) -> list[str]:
+    """pytest-html's options, where it is installed (the nightly extra has it): one self-contained page."""
+    if importlib.util.find_spec("pytest_html") is None:
+        return []
+    return [f"--html={run.html}", "--self-contained-html"]
+
 
 def pytest_argv(run: SetRun, inventory: Path, group: str, lease_timeout: float, extra: Sequence[str]) -> list[str]:
     target = SUITE if run.kind == "suite" else MODEL
@@ -71,7 +85,7 @@ def pytest_argv(run: SetRun, inventory: Path, group: str, lease_timeout: float, 
             f"--san-inventory={inventory}", f"--san-group={group}", f"--san-hosts={','.join(run.set.names)}",
             f"--san-hosts-per-worker={len(run.set.hosts)}", f"--san-lease-timeout={lease_timeout:g}",
             f"--san-report={run.report}", f"--junitxml={run.junit}", "-o", f"junit_suite_name={run.label}",
-            *cache, "-p", "hil.plugin.nightly", f"--san-failures={run.failures}", *extra]
+            *cache, "-p", "hil.plugin.nightly", f"--san-failures={run.failures}", *_html_args(run), *extra]
 
 
 def run_sets(runs: Sequence[SetRun], jobs: int, say: Callable[[str], None],

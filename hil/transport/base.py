@@ -306,20 +306,21 @@ class Transport(ABC):
         return channel
 
     def push(self, files: Mapping[str, bytes], name: str = DEFAULT_PUSH_NAME) -> str:
-        """Upload ``files`` (relative path -> content) into ``<remote tmp>/<name>-<digest>/``; its path.
+        """Upload ``files`` (relative path -> content) into ``<remote tmp>/<name>-u<uid>-<digest>/``; its path.
 
-        The directory is filled under a temporary name and renamed into place, ``.complete`` written
-        last, so concurrent pushes of the same content (xdist workers) never see a half-written copy.
-        An existing complete directory is reused untouched if it is ours and not writable by others:
-        its name is predictable and anyone can create directories in /tmp.
+        Each user of a host pushes to a name of their own (the uid the transport acts as), so one user's
+        copy never stands in another's way. The directory is filled under a temporary name and renamed into
+        place, ``.complete`` written last, so concurrent pushes of the same content (xdist workers) never
+        see a half-written copy. An existing complete directory is reused untouched if it is ours and not
+        writable by others: its name is predictable and anyone can create directories in /tmp.
         """
         self._check_open()
         if not _NAME.fullmatch(name):
             raise ValueError(f"push: name must be letters, digits, '.', '_' or '-': {name!r}")
         paths = _check_paths(files)
         digest = content_digest(files)
-        final = posixpath.join(self.remote_tmp, f"{name}-{digest}")
         with self._file_ops() as ops:
+            final = posixpath.join(self.remote_tmp, f"{name}-u{ops.uid}-{digest}")
             if self._reusable(ops, final):
                 return final
             staging = f"{final}.partial-{secrets.token_hex(4)}"

@@ -129,6 +129,12 @@ class _LocalOps:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _on_path(name: str) -> bool:
+    """Whether a directory of PATH that we may search holds a file ``name``."""
+    return any(os.path.isfile(os.path.join(d, name)) for d in os.environ.get("PATH", os.defpath).split(os.pathsep)
+               if d and os.access(d, os.X_OK))
+
+
 class LocalTransport(Transport):
     """Runs everything on this machine, with the same semantics as :class:`SshTransport`."""
 
@@ -147,6 +153,12 @@ class LocalTransport(Transport):
         except FileNotFoundError:
             # What a shell (and so the SSH transport) reports for a missing program.
             return CommandResult(127, "", f"{argv[0]}: command not found\n")
+        except PermissionError:
+            # A directory of PATH we may not search (another user's), or a file we may not run: a shell
+            # passes over the first (command not found, 127) and reports the second (126).
+            if "/" not in argv[0] and not _on_path(argv[0]):
+                return CommandResult(127, "", f"{argv[0]}: command not found\n")
+            return CommandResult(126, "", f"{argv[0]}: Permission denied\n")
         except OSError as exc:
             raise self.error(f"cannot run `{describe(argv)}`: {exc.strerror or exc}") from None
         return CommandResult(done.returncode, _text(done.stdout), _text(done.stderr))

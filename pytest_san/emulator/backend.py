@@ -20,6 +20,7 @@ MAX_NODES = 255  # node i's handles and window rkeys start at (i + 1) << 24: all
 CAPABILITIES = frozenset({
     "emulator", "rdma_read", "memory_windows", "physical_addresses", "nolowmem", "contiguous",
     "dma_adapter", "faults", "process_kill", "send_waits", "rdma_read_scatter",
+    "reference_order",  # its provider's checks are pytest_san.checks', in their order (dropped for a plugin's)
 })
 
 
@@ -103,7 +104,7 @@ class EmulatorBackend:
         for node in self._nodes:
             node.restart()
             node.base_proxy.reset()
-            node.base_proxy.nolowmem = False
+            node.base_proxy.set_nolowmem(False)
 
     def close(self) -> None:
         self.reset()

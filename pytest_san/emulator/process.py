@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 _pids = itertools.count(1000)
 
 # User-space mappings start here; a guard page separates neighbours so that no
-# buffer range can run from one allocation into the next.
+# buffer range can run from one allocation into the next. A mapping is whole pages, as on a real host
+# (mmap): the bytes between the end of an allocation and the end of its last page are in the process's
+# address space too (CONTRACT.md section 4).
 _USER_BASE = 0x7F00_0000_0000
 MAX_ALLOC = 1 << 30
 """The largest single ``alloc`` (the bytes are real): more is refused with WSAENOBUFS, not a MemoryError."""
@@ -131,11 +133,11 @@ class EmulatedProcess:
             raise SanError(WsaError.WSAENOBUFS, f"pid {self.pid}: cannot map {nbytes} bytes "
                                                 f"(an emulated process maps at most {MAX_ALLOC} at once)")
         address = self._next
-        mem = bytearray(nbytes)
+        pages = -(-nbytes // PAGE_SIZE)
+        mem = bytearray(pages * PAGE_SIZE)
         self._maps[address] = mem
         self._bases.append(address)  # addresses only grow, so the list stays sorted
-        pages = -(-nbytes // PAGE_SIZE) + 1
-        self._next += pages * PAGE_SIZE
+        self._next += (pages + 1) * PAGE_SIZE
         return EmulatedBuffer(self, address, nbytes, mem, 0)
 
     def buffer_at(self, address: int, length: int) -> EmulatedBuffer:

@@ -11,30 +11,26 @@ import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import checks
 from ..contract import (
     DESCRIPTOR,
-    DESCRIPTOR_SIZE,
     MAX_RDMA_SIZE,
-    MAX_SGE,
     PAGE_SIZE,
     QUEUE_DEPTH,
     RDMA_THRESHOLD,
     SO_MAX_RDMA_SIZE,
-    SO_RDMA_THRESHOLD_SIZE,
     Access,
     SanError,
     Status,
     WsaError,
 )
-from ..contract import is_int as _is_int
-from .process import EmulatedBuffer, EmulatedProcess
+from .process import EmulatedProcess
 from .sockets import EmulatedOperation, EmulatedRegistration, EmulatedSocket, SocketState, Waitable
 
 if TYPE_CHECKING:
     from .fabric import Fabric
     from .proxy import EmulatedProxy
 
-_ACCESS = {1: Access.READ, 2: Access.WRITE, 3: Access.READWRITE}  # validates (after a type check): one lookup
 _READ, _WRITE = int(Access.READ), int(Access.WRITE)
 _CLOSED = SocketState.CLOSED
 _CONNECTED = SocketState.CONNECTED
@@ -72,46 +68,21 @@ class EmulatedProvider:
         return sock
 
     def _socket(self, socket: object) -> EmulatedSocket:
-        """The caller's socket, open and ours, or WSAENOTSOCK."""
-        if type(socket) is not EmulatedSocket or socket.provider is not self or socket.closed:
-            raise SanError(WsaError.WSAENOTSOCK, f"{socket!r} is not an open socket of {self.node_name}")
-        return socket
-
-    def _connected(self, socket: object) -> EmulatedSocket:
-        sock = self._socket(socket)
-        if sock.state is not SocketState.CONNECTED:
-            raise SanError(WsaError.WSAENOTCONN, f"{sock!r} is not connected")
-        return sock
+        """The caller's socket, open and ours, or WSAENOTSOCK (the first check of every call)."""
+        if type(socket) is EmulatedSocket and socket.provider is self and socket.state is not _CLOSED:
+            return socket
+        return checks.socket(None, socket, self.node_name)  # raises
 
     # -- registration ---------------------------------------------------------------------
 
-    def _register(self, sock: EmulatedSocket, buffer: EmulatedBuffer, access: Access, kind: str,
-                  table: dict[int, EmulatedRegistration]) -> EmulatedRegistration:
-        if type(buffer) is EmulatedBuffer:
-            address, length, owner = buffer.address, buffer.length, buffer._process
-        else:
-            address, length, owner = _buffer_fields(buffer, "buffer")
+    def _register(self, sock: EmulatedSocket, buffer: Any, access: Any, kind: str,
+                  table: dict[int, EmulatedRegistration], descriptor_size: Any = None) -> EmulatedRegistration:
         process = sock._process
-        if owner is not process:
-            # Refused before the flags are looked at, as the verbs provider does (another process's address
-            # means nothing in the caller's verbs process): a call with several faults answers the same everywhere.
-            raise SanError(WsaError.WSAEFAULT, f"a buffer of pid {getattr(owner, 'pid', owner)!r:.40} is not in "
-                                               f"the address space of pid {process.pid}")
-        # Exactly the ints (or Access values) 1, 2, 3: True and 1.0 hash like 1 but are no flags.
-        acc = _ACCESS.get(access) if type(access) is Access or type(access) is int else None
-        if acc is None:
-            raise SanError(WsaError.WSAEINVAL, f"access flags {access!r:.80} are not READ, WRITE or READWRITE")
-        if sock.state is not _CONNECTED:
-            raise SanError(WsaError.WSAENOTCONN, f"{sock!r} is not connected")
-        if type(address) is not int or type(length) is not int or length <= 0:
-            address, length = _range(address, length, "buffer")
-            if length == 0:
-                raise SanError(WsaError.WSAEFAULT, "an empty buffer cannot be registered")
-        # The range is looked up in the caller's own address space, never trusted from the object.
-        mem, offset = process.resolve(address, length)
-        if mem is None:
-            raise SanError(WsaError.WSAEFAULT, f"{length} bytes at {address:#x} are not wholly inside "
-                           f"the address space of pid {process.pid}")
+        address, length = checks.registration_objects(buffer, process)
+        not_connected = None if sock.state is _CONNECTED else f"{sock!r} is not connected"
+        # The range is looked up in the caller's own address space, never trusted from the buffer.
+        address, length, acc, mem, offset = checks.registration_values(kind, address, length, access, descriptor_size,
+                                                                       not_connected, process.resolve)
         key = (kind, address, length, int(acc))
         reg = sock.by_range.get(key)
         if reg is not None:
@@ -126,9 +97,7 @@ class EmulatedProvider:
 
     def _release(self, sock: EmulatedSocket, reg: EmulatedRegistration,
                  table: dict[int, EmulatedRegistration], force: bool = False) -> None:
-        if not force:
-            if reg.in_use:
-                raise SanError(WsaError.WSAEINVAL, f"{reg!r} is in use by a pending operation")
+        if not force:  # checks.deregistration refused it in use
             reg.refs -= 1
             if reg.refs:
                 return
@@ -137,42 +106,24 @@ class EmulatedProvider:
         self.proxy.free(reg.allocation)
 
     def register_memory(self, socket: Any, buffer: Any, access: Access) -> int:
-        if type(socket) is not EmulatedSocket or socket.provider is not self or socket.state is _CLOSED:
-            self._socket(socket)  # raises, with the message
-        return self._register(socket, buffer, access, "memory", socket.handles).handle
+        sock = self._socket(socket)
+        return self._register(sock, buffer, access, "memory", sock.handles).handle
 
     def deregister_memory(self, socket: Any, handle: int) -> None:
-        if type(socket) is not EmulatedSocket or socket.provider is not self or socket.state is _CLOSED:
-            self._socket(socket)
-        sock: EmulatedSocket = socket
-        reg = sock.handles.get(handle) if type(handle) is int else None
-        if reg is None:
-            raise SanError(WsaError.WSAEINVAL, f"handle {handle!r} is not registered on {sock!r}")
+        sock = self._socket(socket)
+        reg = checks.deregistration(sock.handles.get(handle) if type(handle) is int else None, handle)
         self._release(sock, reg, sock.handles)
 
     def register_rdma_memory(self, socket: Any, buffer: Any, access: Access,
                              descriptor_size: int | None = None) -> bytes:
         sock = self._socket(socket)
-        if descriptor_size is not None:
-            if type(descriptor_size) is not int and not _is_int(descriptor_size):
-                raise SanError(WsaError.WSAEINVAL, f"descriptor_size is an integer or None, "
-                                                   f"got {descriptor_size!r:.80}")
-            if descriptor_size < DESCRIPTOR_SIZE:
-                raise SanError(WsaError.WSAEFAULT, f"a descriptor needs {DESCRIPTOR_SIZE} bytes, "
-                               f"{descriptor_size} offered", required_size=DESCRIPTOR_SIZE)
-        reg = self._register(sock, buffer, access, "rdma", sock.windows)
+        reg = self._register(sock, buffer, access, "rdma", sock.windows, descriptor_size)
         return DESCRIPTOR.pack(reg.address, reg.length, reg.handle)
-
-    def _window_of(self, sock: EmulatedSocket, descriptor: bytes) -> EmulatedRegistration | None:
-        if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
-            raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r:.60}")
-        return sock.windows.get(DESCRIPTOR.unpack(descriptor)[2])
 
     def deregister_rdma_memory(self, socket: Any, descriptor: bytes) -> None:
         sock = self._socket(socket)
-        reg = self._window_of(sock, descriptor)
-        if reg is None:
-            raise SanError(WsaError.WSAEINVAL, f"descriptor {bytes(descriptor).hex()} is not registered on {sock!r}")
+        desc = checks.descriptor(descriptor)
+        reg = checks.deregistration(sock.windows.get(DESCRIPTOR.unpack(desc)[2]), desc)
         self._release(sock, reg, sock.windows)
 
     def registrations(self, socket: Any) -> Sequence[EmulatedRegistration]:
@@ -183,75 +134,45 @@ class EmulatedProvider:
 
     def getsockopt(self, socket: Any, option: int) -> int:
         self._socket(socket)
-        if _is_int(option):
-            if option == SO_MAX_RDMA_SIZE:
-                return MAX_RDMA_SIZE
-            if option == SO_RDMA_THRESHOLD_SIZE:
-                return RDMA_THRESHOLD
-        raise SanError(WsaError.WSAEINVAL, f"unknown socket option {option!r:.80}")
+        return MAX_RDMA_SIZE if checks.option(option) == SO_MAX_RDMA_SIZE else RDMA_THRESHOLD
 
     # -- data transfer --------------------------------------------------------------------
 
-    def _post(self, socket: Any, buffers: Sequence[tuple[Any, int]], kind: str) -> EmulatedOperation:
-        sock = self._connected(socket)
-        if type(buffers) is not list and type(buffers) is not tuple:
-            name = "local_buffers" if kind.startswith("rdma") else "buffers"
-            raise TypeError(f"{name} must be a list of (buffer, handle) pairs, got {buffers!r:.80}")
-        if len(buffers) > MAX_SGE:
-            raise SanError(WsaError.WSAEINVAL, f"{len(buffers)} buffers, at most {MAX_SGE}")
+    def _post(self, socket: Any, buffers: Any, kind: str, descriptor: Any = None,
+              offset: Any = 0) -> tuple[EmulatedOperation, list[tuple[int, int, Any]]]:
+        """Every check of the call (pytest_san.checks' order): a new operation and its (address, length,
+        handle) entries."""
+        sock = self._socket(socket)
+        entries = checks.transfer_objects(kind, buffers, sock._process)
         if kind == "recv":
             queued = len(sock.recv_queue)
         else:  # sends waiting for the peer's receives, and held operations
             inbound = sock.peer.inbound if sock.peer is not None else ()
             queued = len(sock.held or ()) + (sum(1 for op in inbound if op.socket is sock) if inbound else 0)
-        if queued >= QUEUE_DEPTH:
-            raise SanError(WsaError.WSAENETDOWN, f"{kind} queue of {sock!r} is full ({QUEUE_DEPTH})")
-        return EmulatedOperation(sock, kind)
+        not_connected = None if sock.state is _CONNECTED else f"{sock!r} is not connected"
+        full = f"{kind} queue of {sock!r} is full ({QUEUE_DEPTH})" if queued >= QUEUE_DEPTH else None
+        entries = checks.transfer_values(kind, entries, descriptor, offset, not_connected, None, full)
+        return EmulatedOperation(sock, kind), entries
 
-    def _gather(self, op: EmulatedOperation, buffers: Sequence[Any], need: int) -> bool:
-        """Check the local (buffer, handle) pairs like an HCA checks lkeys; keep the segments.
+    def _gather(self, op: EmulatedOperation, entries: list[tuple[int, int, Any]], need: int) -> bool:
+        """Check the local (address, length, handle) entries like an HCA checks lkeys; keep the segments.
 
-        Every entry is checked first: one that is not a (buffer, handle) pair is a TypeError, a
-        buffer of negative length (or non-integer range) WSAEINVAL, another process's buffer
-        WSAEFAULT, at the call (as on verbs, where its address means nothing in the caller's process).
-        Only when all are well formed is anything marked in use. False: an lkey check failed (no byte
-        may move: the caller completes ``op`` LOCAL_PROTECTION). A zero-length entry moves nothing.
+        False: an lkey check failed (no byte may move: the caller completes ``op`` LOCAL_PROTECTION); then
+        nothing is marked in use. A zero-length entry moves nothing.
         """
-        sock = op.socket
-        process = sock._process
-        handles = sock.handles
+        handles = op.socket.handles
         regs: list[EmulatedRegistration] = []
         segments = op.segments
         total = 0
-        ok = True
-        foreign = None
-        for pair in buffers:
-            if not _is_pair(pair):
-                raise _not_a_pair(op, buffers, pair)
-            buffer, handle = pair
-            if type(buffer) is EmulatedBuffer:
-                address, length, owner = buffer.address, buffer.length, buffer._process
-            else:
-                address, length, owner = _buffer_fields(buffer, _entry_name(op, buffers, pair))
-            if type(address) is not int or type(length) is not int or length < 0:
-                address, length = _range(address, length, _entry_name(op, buffers, pair))
-            if owner is not process:
-                foreign = foreign or _entry_name(op, buffers, pair)
-            if not ok or foreign:
-                continue  # the rest is still checked for malformed entries
+        for address, length, handle in entries:
             reg = handles.get(handle) if type(handle) is int else None
             if (reg is None or not reg.flags & need or address < reg.address
                     or address + length > reg.address + reg.length):
-                ok = False
-                continue
+                segments.clear()
+                return False
             regs.append(reg)
             segments.append((reg.mem, reg.offset + address - reg.address, length))
             total += length
-        if foreign:
-            raise SanError(WsaError.WSAEFAULT, f"{foreign} is a buffer of another process than pid {process.pid}")
-        if not ok:
-            segments.clear()
-            return False
         for reg in regs:
             reg.in_use += 1
         op.regs = regs
@@ -277,17 +198,9 @@ class EmulatedProvider:
 
     def _rdma(self, socket: Any, buffers: Sequence[tuple[Any, int]], descriptor: bytes, offset: int,
               kind: str) -> EmulatedOperation:
-        op = self._post(socket, buffers, kind)
-        for pair in buffers:  # a malformed scatter list is the TypeError whatever else is wrong (as over hil)
-            if not _is_pair(pair):
-                raise _not_a_pair(op, buffers, pair)
-        if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
-            raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r:.60}")
+        op, entries = self._post(socket, buffers, kind, descriptor, offset)
         rkey = DESCRIPTOR.unpack(descriptor)[2]
-        if type(offset) is not int:
-            raise SanError(WsaError.WSAEINVAL, f"offset must be an integer, got {offset!r}")
-        local_need = _READ if kind == "rdma_write" else _WRITE
-        if not self._gather(op, buffers, local_need):
+        if not self._gather(op, entries, _READ if kind == "rdma_write" else _WRITE):
             return self._start(op, lambda o: self._fail(o, Status.LOCAL_PROTECTION))
         return self._start(op, lambda o: self._run_rdma(o, rkey, offset))
 
@@ -343,8 +256,8 @@ class EmulatedProvider:
         op.succeed(nbytes)
 
     def send(self, socket: Any, buffers: Sequence[tuple[Any, int]]) -> EmulatedOperation:
-        op = self._post(socket, buffers, "send")
-        if not self._gather(op, buffers, _READ):
+        op, entries = self._post(socket, buffers, "send")
+        if not self._gather(op, entries, _READ):
             return self._start(op, lambda o: self._fail(o, Status.LOCAL_PROTECTION))
         return self._start(op, self._run_send)
 
@@ -358,8 +271,8 @@ class EmulatedProvider:
             peer.inbound.append(op)  # receiver not ready: RNR-retry until it posts
 
     def recv(self, socket: Any, buffers: Sequence[tuple[Any, int]]) -> EmulatedOperation:
-        op = self._post(socket, buffers, "recv")
-        if not self._gather(op, buffers, _WRITE):
+        op, entries = self._post(socket, buffers, "recv")
+        if not self._gather(op, entries, _WRITE):
             self._fail(op, Status.LOCAL_PROTECTION)
             return op
         sock = op.socket
@@ -413,39 +326,6 @@ class EmulatedProvider:
                 assert callable(run)
                 run(op)
 
-
-
-def _buffer_fields(buffer: object, what: str) -> tuple[Any, Any, Any]:
-    """(address, length, process) of a buffer-like object that is not an EmulatedBuffer."""
-    try:
-        return buffer.address, buffer.length, buffer.process  # type: ignore[attr-defined]
-    except AttributeError:
-        raise TypeError(f"{what} must be a buffer (.address, .length, .process), got {buffer!r:.80}") from None
-
-
-def _range(address: object, length: object, what: str) -> tuple[int, int]:
-    """A buffer's (address, length) as ints; WSAEINVAL when they are not integers or the length is negative."""
-    if not _is_int(address) or not _is_int(length):
-        raise SanError(WsaError.WSAEINVAL, f"{what}: address and length must be integers, "
-                                           f"got {address!r:.40} and {length!r:.40}")
-    if length < 0:  # type: ignore[operator]
-        raise SanError(WsaError.WSAEINVAL, f"{what}: a negative length ({length}) is no range of memory")
-    return int(address), int(length)  # type: ignore[call-overload]
-
-
-def _entry_name(op: EmulatedOperation, buffers: Sequence[object], pair: object) -> str:
-    name = "local_buffers" if op.kind.startswith("rdma") else "buffers"
-    index = next(i for i, item in enumerate(buffers) if item is pair)
-    return f"{name}[{index}]"
-
-
-def _is_pair(pair: object) -> bool:
-    """A scatter list entry of the right shape: a plain tuple or list of two (its contents judged later)."""
-    return (type(pair) is tuple or type(pair) is list) and len(pair) == 2
-
-
-def _not_a_pair(op: EmulatedOperation, buffers: Sequence[object], pair: object) -> TypeError:
-    return TypeError(f"{_entry_name(op, buffers, pair)} is not a (buffer, handle) pair: {pair!r:.80}")
 
 
 def _deliver(send: EmulatedOperation, recv: EmulatedOperation) -> None:

@@ -178,12 +178,11 @@ class EmulatedProxy:
     def nolowmem(self) -> bool:
         return self._nolowmem
 
-    @nolowmem.setter
-    def nolowmem(self, value: bool) -> None:
-        if type(value) is not bool:
-            raise TypeError(f"nolowmem is True or False, got {value!r:.80}")
-        self._nolowmem = value
-        self._min_address = FOUR_GIB if value else 0
+    def set_nolowmem(self, enabled: bool) -> None:
+        if type(enabled) is not bool:
+            raise TypeError(f"set_nolowmem takes True or False, got {enabled!r:.80}")
+        self._nolowmem = enabled
+        self._min_address = FOUR_GIB if enabled else 0
 
     # -- P2: pinned pages (the hot path of every registration) -------------------------------
 

@@ -3,8 +3,8 @@
 The reference model answers as the emulator does, except for exactly these cases on a backend with
 the capability named: there it expects what ``accepted`` says instead (the model's code checks
 ``Alternative.id`` in its active set; nothing else differs). Every other difference between a backend
-and the model is a bug in one of them. README's table of alternatives is ``markdown_table()``
-(tests/pytest_san/test_model_alternatives.py keeps them in step).
+and the model is a bug in one of them. The table of alternatives in the docs (``docs/model.md``) is
+``markdown_table()`` (tests/pytest_san/test_model_alternatives.py keeps them in step).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Alternative:
 
     @property
     def backend(self) -> str:
-        """Which backends take it, as README's table says."""
+        """Which backends take it, as the docs' table says."""
         return f"`{self.capability}`" + (f" without `{self.unless}`" if self.unless else "")
 
 
@@ -122,7 +122,7 @@ def active(capabilities: Iterable[str]) -> frozenset[str]:
 
 
 def markdown_table() -> list[str]:
-    """README's table of the alternatives, one line per row."""
+    """The docs' table of the alternatives (``docs/model.md``), one line per row."""
     lines = ["| id | backend | case | the emulator | accepted | why |", "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| `{a.id}` | {a.backend} | {a.case} | {a.emulator} | {a.accepted} | {a.why} |"
               for a in ALTERNATIVES]

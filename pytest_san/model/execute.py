@@ -10,18 +10,21 @@ could change (``Expect.touched``), and all of it when the sequence ends, with ``
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
 import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..contract import VALID_ACCESS, Access, SanError
-from ..protocols import Answering, PendingOperation, Provider, Question, Socket
+from ..protocols import Answering, Call, PendingOperation, Provider, Question, Socket
+from ..together import make, together
 from .alternatives import RNR_BOUNDED
 from .reference import Model
 from .state import Expect, KeyValue, Touched
-from .steps import Close, Deregister, Reconnect, Register, Scribble, Step, Transfer, View, pattern
+from .steps import Close, Deregister, Key, Reconnect, Register, Scribble, Step, Transfer, View, pattern
 from .world import World
 
 
@@ -82,6 +85,45 @@ def _outcome(step: Step, result: object) -> str:
     return "operation" if isinstance(step, Transfer) else "done"
 
 
+Asked = tuple[Any, ...]
+"""What a check asks, as a key: ("registrations", sock), ("live", node), ("bytes", proc, buf),
+("connected", sock), ("closed", sock), ("pending", op)."""
+
+Answers = dict[Asked, tuple[bool, Any]]
+"""Answers asked ahead (a round): the question's key -> (True, the answer) or (False, what it raised)."""
+
+Waited = dict[int, tuple[bool, Any]]
+"""Expected completions waited for ahead (a round): op id -> the wait's outcome."""
+
+
+class NotAsked(Exception):
+    """A round did not ask this question (the model expected otherwise than when the round was planned)."""
+
+
+def answer(outcome: tuple[bool, Any]) -> Any:
+    ok, value = outcome
+    if not ok:
+        raise value
+    return value
+
+
+def recorded(asked: Answers, key: Asked) -> Any:
+    if key not in asked:
+        raise NotAsked(key)
+    return answer(asked[key])
+
+
+@dataclasses.dataclass
+class Checked:
+    """What a check compares: sockets' registrations, proxies, buffers, sockets' states, pending operations."""
+
+    registrations: list[int]
+    nodes: list[int]
+    buffers: list[tuple[int, int]]
+    states: list[int]
+    pending: list[int]
+
+
 GIVE_UP_AFTER = 1.0
 """Seconds a send waits before a backend with ``send-wait-bounded`` may end it (rxe: about 2 s): younger
 sends are not asked about (each question is a round trip)."""
@@ -93,13 +135,18 @@ class Side:
     """``world``'s backend running sequences; ``alts``: the documented alternatives it may take."""
 
     def __init__(self, name: str, world: World, alts: frozenset[str], *, full: bool, timeout: float = 30.0,
-                 sends_wait: bool = True) -> None:
+                 sends_wait: bool = True, no_read: frozenset[int] = frozenset(),
+                 reference_order: bool = False) -> None:
         """``sends_wait``: the capability ``send_waits`` of the backend under test (the same on both sides of
-        a differential run: the model skips a send no receive waits for where it is False)."""
+        a differential run: the model skips a send no receive waits for where it is False); ``no_read``: the
+        nodes (indices in ``world``) whose provider lacks RdmaRead; ``reference_order``: every node of this
+        side's backend declares it (the model expects one answer to a call with several faults)."""
         self.name = name
         self.world = world
         self.alts = alts
         self.sends_wait = sends_wait
+        self.no_read = no_read
+        self.reference_order = reference_order
         self.full = full
         self.timeout = timeout
         self.model: Model | None = None
@@ -108,24 +155,33 @@ class Side:
         self.ops: dict[int, PendingOperation] = {}
         self._popped: dict[int, PendingOperation] = {}  # completed in this step (run may judge it twice)
         self.posted: dict[int, float] = {}  # op -> when it was posted (time.monotonic)
+        self.op_nodes: dict[int, int] = {}  # op -> the node of its socket (rounds.py waits for it there)
         self.cost = Cost()
 
     def start(self) -> Model:
         """Connect the sequence's sockets, rewrite the buffers; a fresh model."""
         t0 = time.perf_counter()
         self.ops, self.socks, self.nodes_of = {}, {}, {}
-        for slot in range(len(self.world.plan.slots)):
-            self._connect(slot, (2 * slot, 2 * slot + 1))
+        world = self.world
+        slots = range(len(world.plan.slots))
+        # Every slot's connect at once (a lab: every host's listens in one round trip, then its connects).
+        connects: list[Call] = [(world.backend, "connect_sockets", world.pair(slot)) for slot in slots]
+        for slot, outcome in zip(slots, together(world.backend, connects), strict=True):
+            self._connected(slot, (2 * slot, 2 * slot + 1), answer(outcome))
         desc_size = self.world.probe(self.socks[0])
         self.world.fresh_bytes()
         self.world.forget_bytes()  # known again when the sequence ends as the model says
-        self.model = Model(self.world.plan, self.alts, desc_size, sends_wait=self.sends_wait)
+        self.model = Model(self.world.plan, self.alts, desc_size, sends_wait=self.sends_wait, no_read=self.no_read,
+                           reference_order=self.reference_order)
         self.cost.setup += time.perf_counter() - t0
         return self.model
 
     def _connect(self, slot: int, ids: tuple[int, int]) -> None:
+        self._connected(slot, ids, self.world.connect(slot))
+
+    def _connected(self, slot: int, ids: tuple[int, int], pair: tuple[Socket, Socket]) -> None:
         plan = self.world.plan
-        self.socks[ids[0]], self.socks[ids[1]] = self.world.connect(slot)
+        self.socks[ids[0]], self.socks[ids[1]] = pair
         for sock_id, proc in zip(ids, plan.slots[slot], strict=True):
             self.nodes_of[sock_id] = plan.nodes[proc]
 
@@ -241,7 +297,50 @@ class Side:
         self._connect(step.slot, step.socks)
         return None
 
-    def _judge(self, step: Step, seen: Seen, result: object) -> None:
+    def call_args(self, step: Step, model: Model, value: Callable[[Key | None], object]) -> Call | None:
+        """The call that makes ``step`` (as ``_call`` makes it), keys given by ``value``; None for a reconnect."""
+        world = self.world
+        if isinstance(step, Register):
+            access: Any = Access(step.access) if step.access in VALID_ACCESS else step.access
+            buffer = world.buffer(step.view, step.shape)
+            if step.kind == "memory":
+                return self._provider(step.sock), "register_memory", (self.socks[step.sock], buffer, access)
+            return (self._provider(step.sock), "register_rdma_memory",
+                    (self.socks[step.sock], buffer, access, step.size))
+        if isinstance(step, Deregister):
+            method = "deregister_memory" if step.kind == "memory" else "deregister_rdma_memory"
+            return self._provider(step.sock), method, (self.socks[step.sock], value(step.key))
+        if isinstance(step, Transfer):
+            entries = [(world.buffer(view), value(key)) for view, key in step.entries]
+            if step.kind in ("rdma_write", "rdma_read"):
+                return (self._provider(step.sock), step.kind,
+                        (self.socks[step.sock], entries, value(step.desc), step.offset))
+            return self._provider(step.sock), step.kind, (self.socks[step.sock], entries)
+        if isinstance(step, Scribble):
+            pi, bi, off, n = step.view
+            return world.bufs[pi][bi], "write", (pattern(step.seed, n), off)
+        if isinstance(step, Close):
+            return self._provider(step.sock), "close_socket", (self.socks[step.sock],)
+        return None
+
+    def judge(self, step: Step, result: object, waited: Waited | None, asked: Answers) -> Seen:
+        """``step`` as ``run`` judges it, from what a round answered: the call's ``result`` (what it returned or
+        raised), the completions ``waited`` for, the check's questions ``asked``."""
+        model = self.model
+        assert model is not None
+        seen = Seen(model.apply(step))
+        if seen.expect.skip:
+            seen.call = "skipped"
+            return seen
+        self._popped = {}
+        self._judge(step, seen, result, waited or {})
+        self.check(seen, full=self.full, asked=asked)
+        self.cost.steps += 1
+        return seen
+
+    def _judge(self, step: Step, seen: Seen, result: object, waited: Waited | None = None) -> None:
+        """``result``: what the call returned or raised; ``waited``: the expected completions as already waited
+        for (a round: op id -> the wait's outcome), the others waited for now."""
         exp = seen.expect
         seen.call = _outcome(step, result)
         if exp.raises:
@@ -254,11 +353,11 @@ class Side:
             self._key(step, seen, result)
         elif isinstance(step, Transfer):
             self.ops[step.op] = result  # type: ignore[assignment]
-            self.posted[step.op] = time.monotonic()
-        self._completions(seen)
+            self.posted.setdefault(step.op, time.monotonic())  # a round notes it when it made the call
+        self._completions(seen, waited)
 
     def _key(self, step: Register, seen: Seen, key: object) -> None:
-        model, exp = self.model, seen.expect
+        model = self.model
         assert model is not None
         if step.kind == "memory" and not (isinstance(key, int) and not isinstance(key, bool)):
             seen.problem("key", f"register_memory returned {key!r}, not a handle (an int)")
@@ -268,16 +367,16 @@ class Side:
                                 f"{model.desc_size} bytes")
             return
         value: KeyValue = key  # type: ignore[assignment]
-        if exp.same is not None and exp.same.key != value:  # R13
-            seen.problem("key", f"returned {value!r}, but the same registration is live as {exp.same.key!r} (R13)")
-        if exp.fresh is not None:
-            sock = model.socks[step.sock]
-            clash = [r for r in sock.regs.values() if r is not exp.fresh and r.kind == step.kind and r.key == value]
-            if clash:
-                seen.problem("key", f"returned {value!r}, already the key of another live registration")
+        sock = model.socks[step.sock]
+        mine = (step.kind, step.view, step.access)
+        clash = [r for r in sock.regs.values() if r.kind == step.kind and r.key == value and r.key is not None
+                 and (r.kind, r.view, r.access) != mine]
+        if clash:  # a key may name the same range again (R13), never another live registration
+            seen.problem("key", f"returned {value!r}, already the key of another live registration")
+            return
         model.bind(step, value)
 
-    def _completions(self, seen: Seen) -> None:
+    def _completions(self, seen: Seen, waited: Waited | None = None) -> None:
         for op_id, (statuses, nbytes) in seen.expect.done.items():
             op = self.ops.pop(op_id, None)
             if op is None:
@@ -285,7 +384,10 @@ class Side:
             self._popped[op_id] = op
             want = " or ".join(sorted(s.name for s in statuses)) + (f" {nbytes} bytes" if nbytes else "")
             try:  # once the step went wrong, what has not completed is only reported, not waited for
-                done = op.wait(0 if seen.problems else self.timeout)
+                if waited is not None and op_id in waited:
+                    done = answer(waited[op_id])
+                else:
+                    done = op.wait(0 if seen.problems else self.timeout)
             except Exception as exc:
                 seen.done[op_id] = "still pending" if isinstance(exc, TimeoutError) else repr(exc)
                 seen.problem("completion", f"operation of step op#{op_id}: {seen.done[op_id]}, expected {want}")
@@ -296,86 +398,156 @@ class Side:
 
     # -- checks --------------------------------------------------------------------------------
 
-    def check(self, seen: Seen, *, full: bool) -> None:
+    def checked(self, exp: Expect, *, full: bool, model: Model | None = None, known: set[int] | None = None) -> Checked:
+        """What a check after a step with expectation ``exp`` compares (all of it with ``full``), in ``model``
+        (default: the side's), of the operations ``known`` (default: those the side holds)."""
+        model = model or self.model
+        assert model is not None
+        known = set(self.ops) if known is None else known
+        touched = exp.touched
+        everyone = list(model.socks)
+        waiting = {op for _, op in model.waiting_sends()} if not full else set()  # catch_up asks about those
+        return Checked(
+            registrations=everyone if full else sorted(touched.registrations),
+            nodes=list(range(len(self.world.nodes))) if full else sorted(touched.nodes),
+            buffers=sorted(model.data) if full else sorted(touched.buffers),
+            states=everyone if full else sorted(touched.states),
+            pending=[op_id for op_id, mop in sorted(model.ops.items())
+                     if (full or (mop.sock.id in touched.pending and op_id not in waiting)) and op_id in known])
+
+    def questions(self, checked: Checked, ops: Mapping[int, object] | None = None) -> list[tuple[Asked, Question]]:
+        """The questions a check asks, each with its key (``Asked``); an operation by what stands for it
+        (``ops``: op id -> the operation, or what names it in a round; default: those the side holds)."""
+        ops = self.ops if ops is None else ops
+        return [
+            *[(("registrations", s), (self._provider(s), "registrations", (self.socks[s],)))
+              for s in checked.registrations],
+            *[(("live", n), (self.world.nodes[n].proxy, "live_allocations", ())) for n in checked.nodes],
+            *[(("bytes", pi, bi), (self.world.bufs[pi][bi], "read", ())) for pi, bi in checked.buffers],
+            # An operation before the states: its error completion moves its socket to error, so asked after it
+            # a state cannot be older than a completion seen in the same look.
+            *[(("pending", op), (ops[op], "wait", (0,))) for op in checked.pending],
+            *[((name, s), (self.socks[s], name, ())) for s in checked.states for name in ("connected", "closed")]]
+
+    def check(self, seen: Seen, *, full: bool, asked: Answers | None = None) -> None:
+        """Compare the backend's state with the model's; ``asked``: the answers, as asked together in a round
+        (a question it lacks is not checked now: the sequence's end checks everything), else asked now."""
         model = self.model
         assert model is not None
-        touched = seen.expect.touched
-        everyone = list(model.socks)
-        regs = everyone if full else sorted(touched.registrations)
-        nodes = list(range(len(self.world.nodes))) if full else sorted(touched.nodes)
-        buffers = sorted(model.data) if full else sorted(touched.buffers)
-        states = everyone if full else sorted(touched.states)
-        waiting = {op for _, op in model.waiting_sends()} if not full else set()  # catch_up asks about those
-        pending = [(op_id, mop) for op_id, mop in sorted(model.ops.items())
-                   if (full or (mop.sock.id in touched.pending and op_id not in waiting)) and op_id in self.ops]
-        questions: list[Question] = [
-            *[(self._provider(s), "registrations", (self.socks[s],)) for s in regs],
-            *[(self.world.nodes[n].proxy, "live_allocations", ()) for n in nodes],
-            *[(self.world.bufs[pi][bi], "read", ()) for pi, bi in buffers],
-            *[(self.socks[s], "connected", ()) for s in states],
-            *[(self.ops[op_id], "done", ()) for op_id, _ in pending]]
-        backend = self.world.backend
-        asking = backend.answering(questions) if isinstance(backend, Answering) else contextlib.nullcontext()
-        with asking:  # a lab: every question of this check in one round trip
-            for sock_id in regs:
-                self._registrations(seen, sock_id)
-            for node in nodes:
-                live = self.world.nodes[node].proxy.live_allocations()
-                want = self.world.baseline[node] + model.live_registrations(node)
-                if live != want:
-                    seen.problem("proxy", f"proxy of node {node}: {live} live allocations, the model has {want} "
-                                          "(one per live registration, R12)")
-            for pi, bi in buffers:
-                self._bytes(seen, pi, bi)
-            for sock_id in states:
-                self._state(seen, sock_id, closed_too=full or model.socks[sock_id].state == "closed")
-            for op_id, mop in pending:
-                if self.ops[op_id].done():
-                    seen.problem("pending", f"op#{op_id} ({mop.kind} on s{mop.sock.id}) completed "
-                                            f"{self.ops[op_id].wait(0)}, the model holds it pending")
+        checked = self.checked(seen.expect, full=full)
+        if asked is not None:
+            self._compare(seen, checked, full, lambda key: recorded(asked, key))
+            return
+        questions = dict(self.questions(checked))
 
-    def _registrations(self, seen: Seen, sock_id: int) -> None:
+        def now(key: Asked) -> Any:
+            if key[0] == "pending":  # its completion only once it is done: waiting would not be a look
+                op = self.ops[key[1]]
+                if not op.done():
+                    raise TimeoutError
+                return op.wait(0)
+            return make(*questions[key])
+
+        # One request answers both of a socket's states; an operation is asked whether it is done.
+        live = [(self.ops[key[1]], "done", ()) if key[0] == "pending" else question
+                for key, question in questions.items() if key[0] != "closed"]
+        backend = self.world.backend
+        asking = backend.answering(live) if isinstance(backend, Answering) else contextlib.nullcontext()
+        with asking:  # a lab: every question of this check in one round trip
+            self._compare(seen, checked, full, now)
+
+    def _compare(self, seen: Seen, checked: Checked, full: bool, ask: Callable[[Asked], Any]) -> None:
+        model = self.model
+        assert model is not None
+        for sock_id in checked.registrations:
+            self._registrations(seen, sock_id, ask)
+        for node in checked.nodes:
+            try:
+                live = ask(("live", node))
+            except NotAsked:
+                continue
+            except Exception as exc:  # whatever a provider answers, the model reports it, never fails itself
+                seen.problem("proxy", f"proxy of node {node}: asking it raised {exc!r}")
+                continue
+            low, high = model.live_registrations(node)
+            base = self.world.baseline[node]
+            if not base + low <= live <= base + high:
+                want = f"{base + low}" if low == high else f"{base + low} to {base + high}"
+                seen.problem("proxy", f"proxy of node {node}: {live!r} live allocations, the model has {want} "
+                                      "(one per live registration, R12)")
+        for pi, bi in checked.buffers:
+            self._bytes(seen, pi, bi, ask)
+        for sock_id in checked.states:
+            self._state(seen, sock_id, ask, closed_too=full or model.socks[sock_id].state == "closed")
+        for op_id in checked.pending:
+            mop = model.ops[op_id]
+            try:
+                completion = ask(("pending", op_id))
+            except NotAsked:
+                continue
+            except TimeoutError:
+                continue  # still pending, as the model holds it
+            except Exception as exc:
+                seen.problem("pending", f"op#{op_id} ({mop.kind} on s{mop.sock.id}): asking it raised {exc!r}")
+                continue
+            seen.problem("pending", f"op#{op_id} ({mop.kind} on s{mop.sock.id}) completed {completion}, the model "
+                                    "holds it pending")
+
+    def _registrations(self, seen: Seen, sock_id: int, ask: Callable[[Asked], Any]) -> None:
         model = self.model
         assert model is not None
         msock = model.socks[sock_id]
         try:
-            regs = self._provider(sock_id).registrations(self.socks[sock_id])
+            regs = ask(("registrations", sock_id))
+            real = _references((r.kind, r.address, r.length, int(r.access), r.refs) for r in regs)
+        except NotAsked:
+            return
         except SanError as exc:  # a closed socket holds nothing, whichever way the provider says so
             if msock.state != "closed":
                 seen.problem("registrations", f"registrations(s{sock_id}) raised {exc!r}")
             return
-        real = sorted((r.kind, r.address, r.length, int(r.access), r.refs) for r in regs)
-        want = sorted((r.kind, self._address(r.view), r.view[3], r.access, r.refs) for r in msock.regs.values())
+        except Exception as exc:
+            seen.problem("registrations", f"registrations(s{sock_id}) raised or returned junk: {exc!r}")
+            return
+        want = _references((r.kind, self._address(r.view), r.view[3], r.access, r.refs) for r in msock.regs.values())
         if real != want:
             seen.problem("registrations", f"registrations of s{sock_id}: the provider has {real}, the model {want}")
 
     def _address(self, view: View) -> int:
         return int(self.world.bufs[view[0]][view[1]].address) + view[2]
 
-    def _bytes(self, seen: Seen, pi: int, bi: int) -> None:
+    def _bytes(self, seen: Seen, pi: int, bi: int, ask: Callable[[Asked], Any]) -> None:
         assert self.model is not None
         want = bytes(self.model.data[pi, bi])
-        real = self.world.bufs[pi][bi].read()
+        try:
+            real = ask(("bytes", pi, bi))
+        except NotAsked:
+            return
         if real != want:
             diff = [i for i in range(len(want)) if i >= len(real) or real[i] != want[i]]
             seen.problem("bytes", f"p{pi}/b{bi}: bytes {diff} differ from the model: {real.hex()} != {want.hex()}")
 
-    def _state(self, seen: Seen, sock_id: int, *, closed_too: bool) -> None:
+    def _state(self, seen: Seen, sock_id: int, ask: Callable[[Asked], Any], *, closed_too: bool) -> None:
         assert self.model is not None
-        state, sock = self.model.socks[sock_id].state, self.socks[sock_id]
-        if state == "closed" and not self.full:  # one question (a round trip each) for a closed socket
-            if not sock.closed:
-                seen.problem("state", f"s{sock_id}: closed=False, the model says closed")
+        state = self.model.socks[sock_id].state
+        try:
+            if state == "closed" and not self.full:  # one question (a round trip each) for a closed socket
+                if not ask(("closed", sock_id)):
+                    seen.problem("state", f"s{sock_id}: closed=False, the model says closed")
+                return
+            if ask(("connected", sock_id)) != (state == "connected"):
+                seen.problem("state", f"s{sock_id}: connected={state != 'connected'}, the model says {state}")
+            if closed_too and ask(("closed", sock_id)) != (state == "closed"):
+                seen.problem("state", f"s{sock_id}: closed={state != 'closed'}, the model says {state}")
+        except NotAsked:
             return
-        if sock.connected != (state == "connected"):
-            seen.problem("state", f"s{sock_id}: connected={state != 'connected'}, the model says {state}")
-        if closed_too and sock.closed != (state == "closed"):
-            seen.problem("state", f"s{sock_id}: closed={state != 'closed'}, the model says {state}")
 
     # -- the end of a sequence -------------------------------------------------------------------
 
-    def finish(self) -> Seen:
-        """Check everything, close every open socket, check that nothing is left (R11)."""
+    def finish(self, closing: Callable[[list[tuple[int, Expect]]], list[Seen]] | None = None) -> Seen:
+        """Check everything, close every open socket, check that nothing is left (R11). ``closing``: how the
+        closes (each socket and what the model expects of its close) are made and judged (default: one by
+        one, ``close_each``)."""
         model = self.model
         assert model is not None
         t0 = time.perf_counter()
@@ -385,14 +557,8 @@ class Side:
             seen.expect.touched = Touched(registrations=opened, states=opened,
                                           nodes=set(range(len(self.world.nodes))))
             self._settled_check(seen, full=False)
-        for sock_id, exp in model.close_all():
-            closing = Seen(exp)
-            try:
-                self._provider(sock_id).close_socket(self.socks[sock_id])
-            except Exception as exc:
-                closing.problem("call", f"close_socket(s{sock_id}) raised {exc!r}")
-            self._completions(closing)
-            seen.problems += closing.problems
+        for closed in (closing or self.close_each)(model.close_all()):
+            seen.problems += closed.problems
         if not seen.problems:
             # Remote: backend.leaks() lists every registration and proxy allocation left, so no proxy is asked.
             seen.expect.touched = Touched(buffers=set(model.data),
@@ -406,6 +572,26 @@ class Side:
         self.cost.finish += time.perf_counter() - t0
         return seen
 
+    def close_each(self, closes: list[tuple[int, Expect]]) -> list[Seen]:
+        """Close each socket in turn, waiting for the completions the model expects of it."""
+        seens = []
+        for sock_id, exp in closes:
+            try:
+                self._provider(sock_id).close_socket(self.socks[sock_id])
+                result: object = None
+            except Exception as exc:
+                result = exc
+            seens.append(self.closed(sock_id, exp, result))
+        return seens
+
+    def closed(self, sock_id: int, exp: Expect, result: object, waited: Waited | None = None) -> Seen:
+        """The close of ``sock_id`` judged: what ``close_socket`` returned or raised, then its completions."""
+        closing = Seen(exp)
+        if isinstance(result, BaseException):
+            closing.problem("call", f"close_socket(s{sock_id}) raised {result!r}")
+        self._completions(closing, waited)
+        return closing
+
     def abandon(self) -> bool:
         """After a divergence: close whatever is open. False: something is left (reset the backend)."""
         for sock_id, sock in self.socks.items():
@@ -418,3 +604,13 @@ class Side:
             return not self.world.backend.leaks()
         except Exception:
             return False
+
+
+def _references(regs: Iterable[tuple[str, int, int, int, int]]) -> list[tuple[str, int, int, int, int]]:
+    """(kind, address, length, access, references) per distinct range: one registration of two references and
+    two of one each are the same to R13 (a provider may answer a second registration with a new key)."""
+    total: collections.Counter[tuple[str, int, int, int]] = collections.Counter()
+    for kind, address, length, access, refs in regs:
+        total[kind, address, length, access] += refs
+    return sorted((*key, refs) for key, refs in total.items())
+

@@ -98,7 +98,8 @@ class Generator:
             if ((op == "send" and s.has("memory", R) and len(s.sq) < 3 and (self.model.sends_wait or peer.recvs))
                     or (op == "recv" and s.has("memory", W) and len(s.recvs) < 3)
                     or (op == "rdma_write" and s.has("memory", R) and peer.has("rdma", W))
-                    or (op == "rdma_read" and s.has("memory", W) and peer.has("rdma", R))
+                    or (op == "rdma_read" and s.has("memory", W) and peer.has("rdma", R)
+                        and s.node not in self.model.no_read)
                     or op == "register"):
                 out.append(s)
         return out
@@ -161,6 +162,10 @@ class Generator:
             size = rnd.choice([ds, ds + 8, 0, ds - 1])
         self.next_reg += 1
         view = self._any_view(s.proc, whole=mostly(rnd, 0.4))
+        again = [r for r in s.regs.values() if r.kind == kind and r.view[0] == s.proc]
+        if again and shape == "range" and not mostly(rnd, 0.85):  # R13: the same range once more
+            reg = rnd.choice(again)
+            view, access = reg.view, reg.access
         return Register(s.id, kind, view, access, self.next_reg, shape, size)
 
     def _gap(self) -> tuple[MSock, str, int] | None:

@@ -7,7 +7,8 @@ live registrations with their reference counts and users (R3, R11-R13), every so
 the pending operations and every byte of every buffer, so a checker compares all of it after a step.
 
 Where the contract leaves the choice open (a call with several faults) the model accepts any of the
-codes; where a backend takes a documented alternative (alternatives.py) it expects that instead.
+codes, or, of a backend that declares ``reference_order``, the first fault's in pytest_san.checks.ORDER;
+where a backend takes a documented alternative (alternatives.py) it expects that instead.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from .transfers import TransferModel
 class Model(TransferModel):
     """One sequence's expectations, on a backend whose documented alternatives are ``alts``."""
 
-    def __init__(self, plan: Plan, alts: frozenset[str], desc_size: int, *, sends_wait: bool = True) -> None:
-        super().__init__(alts, desc_size, sends_wait=sends_wait)
+    def __init__(self, plan: Plan, alts: frozenset[str], desc_size: int, *, sends_wait: bool = True,
+                 no_read: frozenset[int] = frozenset(), reference_order: bool = False) -> None:
+        super().__init__(alts, desc_size, sends_wait=sends_wait, no_read=no_read, reference_order=reference_order)
         self.plan = plan
         self.data = {(p, b): bytearray(initial_bytes(p, b)) for p in range(len(plan.nodes)) for b in range(2)}
         self.slots: list[tuple[MSock, MSock]] = [self._connect(i, (2 * i, 2 * i + 1)) for i in range(len(plan.slots))]
@@ -79,40 +81,59 @@ class Model(TransferModel):
             ex.skip = "it names a socket no step of this sequence made"
             return
         ex.touched.registrations.add(s.id)
-        errors = set()
+        faults = []
         if s.state == "closed":
-            errors.add("WSAENOTSOCK")
+            faults.append("socket")
         elif s.state != "connected":
-            errors.add("WSAENOTCONN")
+            faults.append("connected")
+        if step.view[0] != s.proc:  # R5: never another process's memory
+            faults.append("buffer.owner")  # the ids of pytest_san.checks.CHECKS
+        if step.shape == "empty":
+            faults.append("buffer.empty")
+        elif step.shape != "range":  # one byte past its buffer, or unmapped
+            faults.append("buffer.mapped")
         if step.access not in VALID_ACCESS:
-            errors.add("WSAEINVAL")
+            faults.append("access")
         if step.kind == "rdma" and step.size is not None and step.size < self.desc_size:
-            errors.add("WSAEFAULT")  # the descriptor-size probe (R14)
-        if step.shape != "range" or step.view[0] != s.proc:  # R5: never another process's memory
-            errors.add("WSAEFAULT")
-        if errors:
-            ex.raises = frozenset(errors)
+            faults.append("descriptor_size.small")  # the descriptor-size probe (R14)
+        if faults:
+            ex.raises = self._refusal("register_memory" if step.kind == "memory" else "register_rdma_memory", faults)
             return
         ex.returns = "handle" if step.kind == "memory" else "descriptor"
-        reg = s.regs.get((step.kind, step.view, step.access))
-        if reg is not None:  # R13: the same registration, one more reference
+        same = s.same(step.kind, step.view, step.access)
+        if same:  # R13: the same registration, one more reference (or a new key: see bind)
+            reg = same[0]
             reg.refs += 1
             ex.same = reg
             assert reg.key is not None
             self.keys[step.reg] = reg.key
         else:
             reg = MReg(step.kind, step.view, step.access, s, step.reg)
-            s.regs[step.kind, step.view, step.access] = reg
+            s.regs[step.reg] = reg
             ex.fresh = reg
             ex.touched.nodes.add(s.node)  # R12: the proxy pins one more allocation
         self.regs[step.reg] = reg
 
     def bind(self, step: Register, key: KeyValue) -> None:
-        """A register call returned ``key``: later steps naming ``step.reg`` use it."""
+        """A register call returned ``key``: later steps naming ``step.reg`` use it.
+
+        R13 lets a provider answer a registration of a range already registered with the same key (one more
+        reference) or a new one: then it is a registration of its own, released by its own deregistration."""
         reg = self.regs[step.reg]
         if reg.key is None:
             reg.key = key
-        self.keys[step.reg] = reg.key
+        elif reg.key != key:
+            s = reg.sock
+            reg.refs -= 1
+            other = next((r for r in s.same(reg.kind, reg.view, reg.access) if r.key == key), None)
+            if other is None:
+                other = MReg(reg.kind, reg.view, reg.access, s, step.reg, key=key)
+                s.regs[step.reg] = other
+                self.exp.touched.nodes.add(s.node)  # it may pin again, or share the pages (live_registrations)
+            else:
+                other.refs += 1
+            self.regs[step.reg] = reg = other
+        self.keys[step.reg] = key
 
     def _deregister(self, step: Deregister) -> None:
         ex = self.exp
@@ -133,7 +154,7 @@ class Model(TransferModel):
         reg.refs -= 1
         if not reg.refs:
             reg.live = False
-            del s.regs[reg.kind, reg.view, reg.access]
+            del s.regs[reg.rid]
             ex.touched.nodes.add(s.node)  # R12: the proxy frees it
 
     def _close(self, s: MSock) -> None:
@@ -199,9 +220,12 @@ class Model(TransferModel):
         """The sockets a Reconnect step closes (call before ``apply``)."""
         return [s.id for s in self.slots[step.slot] if s.state != "closed"]
 
-    def live_registrations(self, node: int) -> int:
-        """R12: the proxy pins one allocation per live distinct registration."""
-        return sum(len(s.regs) for s in self.socks.values() if s.node == node)
+    def live_registrations(self, node: int) -> tuple[int, int]:
+        """R12: the proxy pins one allocation per live distinct registration: (at least, at most). They differ
+        only for a provider that answers a range registered twice with two keys: it may pin each or share."""
+        socks = [s for s in self.socks.values() if s.node == node]
+        ranges = sum(len({(r.kind, r.view, r.access) for r in s.regs.values()}) for s in socks)
+        return ranges, sum(len(s.regs) for s in socks)
 
     def open_sockets(self) -> list[MSock]:
         return [s for s in self.socks.values() if s.state != "closed"]

@@ -3,27 +3,34 @@
 Sequence ``k`` of seed ``S`` draws every choice from ``random.Random(f"{S}/{k}")`` and starts from
 fresh sockets and the same buffer bytes, so ``--san-model-seed S`` replays a run. In differential
 mode every step also runs on a fresh in-process emulator with the same processes and connections,
-and where the model expects the same of both, their answers must be the same too.
+and where the model expects the same of both, their answers must be the same too: for a call with
+several faults only where both declare ``reference_order`` (else the model accepts any of their codes
+of the backend, and the sides' expectations differ).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Generator as Stream
 from typing import Any
 
-from ..protocols import Backend
+from ..checks import REFERENCE_ORDER
+from ..protocols import Backend, Pipelining
 from .alternatives import active
 from .divergence import Divergence, listing, step_kind
 from .execute import Cost, Problem, Seen, Side
 from .generate import Generator
+from .reference import Model
 from .regressions import REGRESSIONS, Regression
+from .rounds import Rounds, close_in_rounds
 from .shrink import shrink
 from .steps import Plan, Step
-from .world import World
+from .world import ProbeRefused, World
 
 MAX_DIVERGENCES = 5  # distinct ones: then the run stops (each costs a shrink)
 
@@ -76,18 +83,28 @@ class ModelRun:
     """Model-check ``backend`` (``pytest_san.model``'s test calls ``run``)."""
 
     def __init__(self, backend: Backend, budget: Budget, *, plan: Plan | None = None,
-                 reference: Callable[[int], Backend] | None = None, log: Callable[[str], None] = print) -> None:
+                 reference: Callable[[int], Backend] | None = None, log: Callable[[str], None] = print,
+                 capabilities: Mapping[str, frozenset[str]] | None = None) -> None:
         """``plan``: which nodes the processes live on (default: as many of the backend's nodes as it has, up to
-        three); ``reference``: builds the differential mode's backend from a node count (default: the emulator)."""
+        three); ``reference``: builds the differential mode's backend from a node count (default: the emulator);
+        ``capabilities``: node name -> what it can do (default: the backend's, for every node), as the plugin
+        reads them from the provider under test."""
         self.backend = backend
         self.budget = budget
         self.log = log
         self.seed = budget.seed if budget.seed is not None else random.SystemRandom().getrandbits(32)
-        self.alts = active(backend.capabilities)
-        self.full = budget.checks == "all" or (budget.checks == "auto" and backend.name == "emulator")
-        self.slow = "verbs" in backend.capabilities
-        self.sends_wait = "send_waits" in backend.capabilities
+        # Every call a round trip (a lab): steps go in rounds, made together and judged one by one.
+        self.rounds = isinstance(backend, Pipelining)
         self.world = World(backend, plan)
+        caps = [frozenset(capabilities[n.name]) if capabilities is not None else frozenset(backend.capabilities)
+                for n in self.world.nodes]
+        common = frozenset.intersection(*caps)
+        self.alts = active(common)
+        self.full = budget.checks == "all" or (budget.checks == "auto" and backend.name == "emulator")
+        self.slow = "verbs" in common
+        self.sends_wait = "send_waits" in common
+        self.no_read = frozenset(i for i, c in enumerate(caps) if "rdma_read" not in c)
+        self.reference_order = REFERENCE_ORDER in common  # every node's provider answers in the reference order
         self.reference = reference
         if budget.differential and reference is None:
             from ..emulator import EmulatorBackend  # the in-process emulator, unwrapped
@@ -99,10 +116,12 @@ class ModelRun:
     def _sides(self) -> list[Side]:
         # The emulator completes inside the call: waiting long for it would only delay the report.
         wait = 2.0 if self.backend.name == "emulator" else 30.0
-        sides = [Side(self.names[0], self.world, self.alts, full=self.full, timeout=wait, sends_wait=self.sends_wait)]
+        sides = [Side(self.names[0], self.world, self.alts, full=self.full, timeout=wait, sends_wait=self.sends_wait,
+                      no_read=self.no_read, reference_order=self.reference_order)]
         if self.reference is not None:
             ref = World(self.reference(len(self.world.nodes)), self.world.plan)
-            sides.append(Side(self.names[1], ref, frozenset(), full=True, timeout=2.0, sends_wait=self.sends_wait))
+            sides.append(Side(self.names[1], ref, frozenset(), full=True, timeout=2.0, sends_wait=self.sends_wait,
+                              reference_order=REFERENCE_ORDER in ref.backend.capabilities))
         return sides
 
     def run(self) -> Summary:
@@ -125,21 +144,41 @@ class ModelRun:
 
     # -- one sequence ----------------------------------------------------------------------------
 
+    def _start(self, sides: Sequence[Side]) -> Outcome | None:
+        """Start each side's sequence; a provider that fails the descriptor-size probe is a divergence."""
+        for side in sides:
+            try:
+                side.start()
+            except ProbeRefused as exc:
+                self._cleanup(sides)
+                return None, side.name, Problem("probe", str(exc))
+        return None
+
     def _sequence(self, k: int, until: float | None) -> None:
         sides = self._sides()
-        model = sides[0].start()
-        for side in sides[1:]:
-            side.start()
+        refused = self._start(sides)
+        if refused is not None:
+            self._diverged(k, [], [], refused, until)
+            return
+        model = sides[0].model
+        assert model is not None
         gen = Generator(model, random.Random(f"{self.seed}/{k}"), slow=self.slow)
+
+        def draw(state: Model) -> Step:
+            gen.model = state  # the model as the next step finds it (a round's: ahead of the judged one)
+            return gen.next()
+
         steps: list[Step] = []
         seen: list[list[Seen]] = []
         outcome: Outcome | None = None
-        for i in range(self.budget.steps):
-            steps.append(gen.next())
-            outcome = self._step(sides, steps[-1], i, seen, alternatives=self.summary.alternatives)
+        made = self._made(sides, draw, self.budget.steps)
+        for i, (step, first) in enumerate(made):
+            steps.append(step)
+            outcome = self._compare(sides, step, i, first, seen, alternatives=self.summary.alternatives)
             self.summary.steps += 1
             if outcome is not None:
                 break
+        made.close()
         if outcome is None:
             outcome = self._finish(sides)
         self.summary.cost = _add(self.summary.cost, sides[0].cost)
@@ -148,9 +187,26 @@ class ModelRun:
         self._cleanup(sides)
         self._diverged(k, steps, seen, outcome, until)
 
-    def _step(self, sides: Sequence[Side], step: Step, index: int, seens: list[list[Seen]] | None = None,
-              alternatives: collections.Counter[str] | None = None) -> Outcome | None:
-        seen = [side.run(step) for side in sides]
+    def _made(self, sides: Sequence[Side], draw: Callable[[Model], Step | None],
+              count: int) -> Stream[tuple[Step, Seen], None, None]:
+        """Each step drawn (up to ``count``) and what the backend under test made of it, in order: in rounds on a
+        backend that makes calls together (``rounds.py``), else one by one."""
+        side = sides[0]
+        if self.rounds:
+            yield from Rounds(side, side.run).run(draw, count)
+            return
+        for _ in range(count):
+            assert side.model is not None
+            step = draw(side.model)
+            if step is None:
+                return
+            yield step, side.run(step)
+
+    def _compare(self, sides: Sequence[Side], step: Step, index: int, first: Seen,
+                 seens: list[list[Seen]] | None = None,
+                 alternatives: collections.Counter[str] | None = None) -> Outcome | None:
+        """Judge one step: what the backend under test made of it (``first``), beside the reference's."""
+        seen = [first, *(side.run(step) for side in sides[1:])]
         if seens is not None:
             seens.append(seen)
         if alternatives is not None:  # the documented alternatives the backend was expected to take
@@ -166,8 +222,8 @@ class ModelRun:
         return None
 
     def _finish(self, sides: Sequence[Side]) -> Outcome | None:
-        for side in sides:
-            seen = side.finish()
+        for i, side in enumerate(sides):
+            seen = side.finish(functools.partial(close_in_rounds, side) if self.rounds and i == 0 else None)
             if seen.problems:
                 return None, side.name, seen.problems[0]
         return None
@@ -184,11 +240,15 @@ class ModelRun:
 
     def _replay(self, steps: Sequence[Step], seens: list[list[Seen]] | None = None) -> Outcome | None:
         sides = self._sides()
-        for side in sides:
-            side.start()
-        for i, step in enumerate(steps):
-            outcome = self._step(sides, step, i, seens)
+        refused = self._start(sides)
+        if refused is not None:
+            return refused
+        given = iter(steps)
+        made = self._made(sides, lambda _: next(given, None), len(steps))
+        for i, (step, first) in enumerate(made):
+            outcome = self._compare(sides, step, i, first, seens)
             if outcome is not None:
+                made.close()
                 self._cleanup(sides)
                 return outcome
         outcome = self._finish(sides)
@@ -202,6 +262,8 @@ class ModelRun:
         self.summary.regressions += 1
         if outcome is None:
             return
+        if outcome[2].category == "probe" and any(d.problem.category == "probe" for d in self.summary.divergences):
+            return  # every regression starts with the probe: one divergence says it
         index, side, problem = outcome
         steps = list(regression.steps)
         div = Divergence("regression", self.seed, -1, side, problem,

@@ -54,7 +54,7 @@ class MSock:
     slot: int
     state: str = "connected"  # connected | error | disconnected | closed
     peer: MSock | None = None
-    regs: dict[tuple[str, View, int], MReg] = dataclasses.field(default_factory=dict)
+    regs: dict[int, MReg] = dataclasses.field(default_factory=dict)  # live, by the register step that made each
     recvs: list[MOp] = dataclasses.field(default_factory=list)  # posted receives not yet matched
     sq: list[MOp] = dataclasses.field(default_factory=list)  # sends waiting for a receive, and what queues behind
     dead_peer: bool = False  # the peer went to error without telling this end (local-error-breaks-local-end)
@@ -65,6 +65,11 @@ class MSock:
             if reg.kind == kind and type(reg.key) is type(key) and reg.key == key:
                 return reg
         return None
+
+    def same(self, kind: str, view: View, access: int) -> list[MReg]:
+        """The live registrations of exactly this range and access: one, or (a provider that answers each
+        registration with a new key, as R13 allows) several."""
+        return [r for r in self.regs.values() if r.kind == kind and r.view == view and r.access == access]
 
     def has(self, kind: str, need: int) -> bool:
         return any(r.kind == kind and r.access & need for r in self.regs.values())
@@ -93,7 +98,8 @@ class Expect:
 
     ``raises``: the error codes (names) one of which the call must raise; empty: it returns (``returns``
     says what). ``done``: the operations that complete in this step, each with the statuses accepted and
-    its byte count. ``same``: the live registration whose key a register call must return again (R13).
+    its byte count. ``same``: the live registration of the same range a register call adds a reference to --
+    unless it answers with a key of its own, which R13 allows (``Model.bind`` then makes it a registration).
     """
 
     skip: str = ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ..contract import Access
+from ..contract import PAGE_SIZE, Access
 
 View = tuple[int, int, int, int]
 """(process, buffer, offset, length): a range of one of the run's buffers."""
@@ -21,7 +21,7 @@ BUFFER_SIZES = (64, 40)
 
 SHAPES = ("range", "empty", "overrun", "unmapped")
 """What a Register step hands the provider: the view, an empty range at its start, the view's start to
-one byte past its buffer, or 16 unmapped bytes a page after its buffer."""
+one byte past its buffer's last page (into the guard page), or 16 unmapped bytes a page after its buffer."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +166,7 @@ class Namer:
             call = "register_memory" if step.kind == "memory" else "register_rdma_memory"
             p, b, off, _ = step.view
             where = {"range": show_view(step.view), "empty": f"p{p}/b{b}[{off}:{off}] (empty)",
-                     "overrun": f"p{p}/b{b}[{off}:{BUFFER_SIZES[b] + 1}] (one byte past the buffer)",
+                     "overrun": f"p{p}/b{b}[{off}:{PAGE_SIZE + 1}] (one byte past the buffer's last page)",
                      "unmapped": f"p{p}: 16 unmapped bytes a page after b{b}"}[step.shape]
             size = "" if step.size is None else f", descriptor_size={step.size}"
             return f"s{step.sock} {call}({where}, {_access(step.access)}{size})"

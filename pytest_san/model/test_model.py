@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_san.model.run import Budget, ModelRun
+from pytest_san.plugin.capabilities import every_node
 from pytest_san.plugin.hooks import record_model
 from pytest_san.protocols import Backend
 from pytest_san.report import ModelResult
@@ -35,7 +36,10 @@ def budget(config: pytest.Config) -> Budget:
 
 @pytest.mark.san_rule(*RULES)
 def test_model(san_backend: Backend, pytestconfig: pytest.Config) -> None:
-    run = ModelRun(san_backend, budget(pytestconfig))
+    # What each node can do is read from the provider under test (a provider without RdmaRead is expected to
+    # answer WSAEOPNOTSUPP there), as the scenarios' san_requires reads it.
+    capabilities = every_node(pytestconfig, san_backend)
+    run = ModelRun(san_backend, budget(pytestconfig), capabilities=capabilities)
     print(f"san model: {san_backend.name}, seed {run.seed} (replay: --san-model-seed {run.seed})")
     summary = run.run()
     print(f"san model: {summary.cost_line()}")

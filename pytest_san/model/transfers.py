@@ -9,6 +9,7 @@ as an RC QP re-reads it on RNR retry. Where a backend takes a documented alterna
 
 from __future__ import annotations
 
+from .. import checks
 from ..contract import MAX_SGE, Access, Status
 from . import alternatives as alt
 from .state import Expect, KeyValue, MOp, MReg, MSock
@@ -21,10 +22,13 @@ S = Status
 class TransferModel:
     """The state every part of the model shares, the transfer rules, and what completes and breaks."""
 
-    def __init__(self, alts: frozenset[str], desc_size: int, *, sends_wait: bool = True) -> None:
+    def __init__(self, alts: frozenset[str], desc_size: int, *, sends_wait: bool = True,
+                 no_read: frozenset[int] = frozenset(), reference_order: bool = False) -> None:
         self.alts = alts
         self.desc_size = desc_size
         self.sends_wait = sends_wait  # False: the backend lacks send_waits (iWARP), see transfer()
+        self.no_read = no_read  # the nodes whose provider lacks RdmaRead (optional: WSAEOPNOTSUPP)
+        self.reference_order = reference_order  # the backend declares it: one answer to a call with several faults
         self.data: dict[tuple[int, int], bytearray] = {}
         self.socks: dict[int, MSock] = {}
         self.keys: dict[int, KeyValue] = {}  # register step id -> the key it returned
@@ -36,6 +40,13 @@ class TransferModel:
 
     def _on(self, name: str) -> bool:
         return name in self.alts
+
+    def _refusal(self, call: str, faults: list[str]) -> frozenset[str]:
+        """The codes a call with ``faults`` (pytest_san.checks' ids) may raise: any of theirs (the contract), or
+        the first one's in the reference order where the backend follows it."""
+        if self.reference_order:
+            return frozenset({checks.answer(call, checks.first(call, faults))})
+        return frozenset(checks.answer(call, fault) for fault in faults)
 
     def _gather(self, views: list[View]) -> bytes:
         return b"".join(bytes(self.data[v[0], v[1]][v[2]:v[2] + v[3]]) for v in views)
@@ -152,23 +163,29 @@ class TransferModel:
             ex.touched.buffers |= {window} if window else set()
         elif step.kind != "send":
             ex.touched.buffers |= {(v[0], v[1]) for v in views}
-        errors = set()
+        faults = []
         if s.state == "closed":
-            errors.add("WSAENOTSOCK")
+            faults.append("socket")
         elif s.state != "connected":
-            errors.add("WSAENOTCONN")
+            faults.append("connected")
         if len(pairs) > MAX_SGE:
-            errors.add("WSAEINVAL")
+            faults.append("list.count")
         if rdma and len(desc) != self.desc_size:
-            errors.add("WSAEINVAL")
+            faults.append("descriptor")
         if s.state != "closed" and any(v[0] != s.proc for v in views):  # R5: another process's memory
-            errors.add("WSAEFAULT")
-        if not errors and step.kind == "rdma_read" and self._on(alt.READ_ONE_BUFFER) and sum(
+            faults.append("entry.owner")
+        if step.kind == "rdma_read" and s.node in self.no_read:  # optional (section 2): refused, whatever else
+            faults.append("read")
+        if not faults and step.kind == "rdma_read" and self._on(alt.READ_ONE_BUFFER) and sum(
                 1 for v in views if v[3]) > 1:
             ex.alternatives.add(alt.READ_ONE_BUFFER)
-            errors.add("WSAEINVAL")
-        if errors:
-            ex.raises = frozenset(errors)
+            faults.append("device")
+        if faults == ["list.count"] and not self.reference_order:
+            # How many entries a provider takes is its own (section 4): only the reference order fixes MAX_SGE.
+            ex.skip = f"more than {MAX_SGE} entries, which a provider outside the reference order may take"
+            return
+        if faults:
+            ex.raises = self._refusal(step.kind, faults)
             return
         if step.kind == "send" and not self.sends_wait and s.peer.state == "connected" and not s.peer.recvs:
             # Without send_waits (iWARP: no receiver-not-ready flow control) such a send ends the connection,

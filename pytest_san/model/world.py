@@ -7,8 +7,9 @@ rewrites the buffers whose bytes differ from the sequence's starting pattern.
 
 from __future__ import annotations
 
-from ..contract import Access, SanError, WsaError
+from ..contract import PAGE_SIZE, Access, SanError, WsaError
 from ..protocols import Backend, Buffer, Node, Process, Socket
+from ..together import together
 from .steps import BUFFER_SIZES, Plan, View, initial_bytes, plan_for
 
 
@@ -31,12 +32,13 @@ class World:
         return [(p, b) for p in range(len(self.procs)) for b in range(len(BUFFER_SIZES))]
 
     def fresh_bytes(self) -> None:
-        """Every buffer holds what a sequence starts from (rewritten only where it differs)."""
-        for p, b in self._keys():
-            want = initial_bytes(p, b)
-            if self.data[p, b] != want:
-                self.bufs[p][b].write(want)
-                self.data[p, b] = want
+        """Every buffer holds what a sequence starts from (rewritten only where it differs, all at once)."""
+        stale = [(p, b) for p, b in self._keys() if self.data[p, b] != initial_bytes(p, b)]
+        outcomes = together(self.backend, [(self.bufs[p][b], "write", (initial_bytes(p, b),)) for p, b in stale])
+        for (p, b), (ok, error) in zip(stale, outcomes, strict=True):
+            if not ok:
+                raise error  # type: ignore[misc]
+            self.data[p, b] = initial_bytes(p, b)
 
     def forget_bytes(self) -> None:
         """After a divergence nobody knows what the buffers hold: the next sequence rewrites them all."""
@@ -50,28 +52,41 @@ class World:
         if shape == "empty":
             return base.view(off, 0)
         proc = self.procs[pi]
-        if shape == "overrun":
-            return proc.buffer_at(base.address + off, base.length - off + 1)
+        if shape == "overrun":  # into the guard page: the bytes up to the end of the buffer's last page are mapped
+            return proc.buffer_at(base.address + off, -(-base.length // PAGE_SIZE) * PAGE_SIZE - off + 1)
         return proc.buffer_at(base.address + base.length + 4096, 16)  # inside the guard page after it
 
-    def connect(self, slot: int) -> tuple[Socket, Socket]:
+    def pair(self, slot: int) -> tuple[Process, Process]:
+        """The processes connection slot ``slot`` joins."""
         a, b = self.plan.slots[slot]
-        return self.backend.connect_sockets(self.procs[a], self.procs[b])
+        return self.procs[a], self.procs[b]
+
+    def connect(self, slot: int) -> tuple[Socket, Socket]:
+        return self.backend.connect_sockets(*self.pair(slot))
 
     def probe(self, socket: Socket) -> int:
-        """The descriptor size, from the descriptor-size probe (R14): WSAEFAULT carrying the required size."""
+        """The descriptor size, from the descriptor-size probe (R14): WSAEFAULT carrying the required size.
+        ``ProbeRefused`` when the provider answers anything else (the model reports it as a divergence)."""
         if self.desc_size is None:
             proc = self.plan.slots[0][0]
+            call = "register_rdma_memory(descriptor_size=0)"
             try:
                 got = self.nodes[self.plan.nodes[proc]].provider.register_rdma_memory(
                     socket, self.bufs[proc][0], Access.READ, descriptor_size=0)
             except SanError as exc:
                 if exc.code is not WsaError.WSAEFAULT or not isinstance(exc.required_size, int) \
                         or exc.required_size <= 0:
-                    raise AssertionError(f"register_rdma_memory(descriptor_size=0): {exc!r}, expected WSAEFAULT "
-                                         "carrying the required size (R14)") from exc
+                    raise ProbeRefused(f"{call} raised {exc!r}, expected WSAEFAULT carrying the required size "
+                                       "(R14)") from exc
                 self.desc_size = exc.required_size
+            except Exception as exc:
+                raise ProbeRefused(f"{call} raised {exc!r}, expected WSAEFAULT carrying the required size "
+                                   "(R14)") from exc
             else:
-                raise AssertionError(f"register_rdma_memory(descriptor_size=0) returned {got!r}, expected WSAEFAULT "
-                                     "carrying the required size (R14)")
+                raise ProbeRefused(f"{call} returned {got!r:.80}, expected WSAEFAULT carrying the required size "
+                                   "(R14)")
         return self.desc_size
+
+
+class ProbeRefused(Exception):
+    """The descriptor-size probe did not answer as R14 says: the model cannot size descriptors."""

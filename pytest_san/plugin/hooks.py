@@ -18,6 +18,7 @@ import pytest
 
 from ..report import LEAK_RULE, ConformanceReport, ModelResult, Outcome, catalog_order, is_rule_id, worse
 from .backends import backend_entry_points, load_backend_plugin
+from .capabilities import common, every_node, missing_reason, note_replacement
 from .options import DEFAULT_BACKEND
 
 if TYPE_CHECKING:
@@ -45,8 +46,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Registered here so --strict-markers accepts them.
     config.addinivalue_line("markers", "san_rule(*ids): conformance rules (R1..R14, P1..P5) this test "
                                        "checks; its outcome is counted for each in the SAN report")
-    config.addinivalue_line("markers", "san_requires(*capabilities): skip unless the SAN backend has every "
-                                       "capability named")
+    config.addinivalue_line("markers", "san_requires(*capabilities): skip unless every node the test uses has "
+                                       "every capability named")
+    config.addinivalue_line("markers", "san_nodes(n): the test uses the backend's first n nodes (default: the "
+                                       "first two with san_switch or san_backend, else the first)")
     load_backend_plugin(config, backend_name(config))  # before other plugins configure: it may add hooks
     config.stash[REPORT_KEY] = ConformanceReport(backend_name(config))
     config.stash[PENDING_KEY] = {}
@@ -102,7 +105,8 @@ def get_backend(config: pytest.Config) -> Backend:
         config.stash[BACKEND_KEY] = backend
         report = config.stash[REPORT_KEY]
         report.backend = backend.name
-        report.capabilities = set(backend.capabilities)
+        report.node_capabilities = {name: set(caps) for name, caps in every_node(config, backend).items()}
+        report.capabilities = set(common(map(frozenset, report.node_capabilities.values())))
     return backend
 
 
@@ -126,10 +130,12 @@ def wrappers(config: pytest.Config) -> tuple[Callable[[Node, Provider], Provider
 
     def wrap_proxy(node: Node, proxy: Proxy) -> Proxy:
         made = config.hook.pytest_san_make_proxy(config=config, node=node, proxy=proxy)
+        note_replacement(config, node, proxy=made is not None and made is not proxy)
         return proxy if made is None else cast("Proxy", made)
 
     def wrap_provider(node: Node, provider: Provider) -> Provider:
         made = config.hook.pytest_san_make_provider(config=config, node=node, provider=provider)
+        note_replacement(config, node, provider=made is not None and made is not provider)
         return provider if made is None else cast("Provider", made)
 
     return wrap_provider, wrap_proxy
@@ -184,16 +190,32 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, p
     return rep
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--san-rules``: keep only the tests marked with one of the rules named."""
+    wanted = config.getoption("san_rules")
+    if not wanted:
+        return
+    rules = {rule.strip() for rule in str(wanted).split(",") if rule.strip()}
+    unknown = sorted(rule for rule in rules if not is_rule_id(rule))
+    if unknown:
+        raise pytest.UsageError(f"--san-rules {wanted}: unknown rule id(s) {', '.join(unknown)} (known: R1..R14, "
+                                "P1..P5)")
+    keep = [item for item in items if rules.intersection(map(str, marker_args(item, "san_rule")))]
+    kept = set(map(id, keep))
+    dropped = [item for item in items if id(item) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     required = [str(cap) for cap in dict.fromkeys(marker_args(item, "san_requires"))]
     if not required:
         return
     backend = get_backend(item.config)
-    missing = [cap for cap in required if cap not in backend.capabilities]
-    if missing:
-        noun = "capability" if len(missing) == 1 else "capabilities"
-        reason = f"backend {backend.name!r} lacks {noun} {', '.join(map(repr, missing))}"
+    reason = missing_reason(item.config, item, backend, required)
+    if reason is not None:
         try:
             # Report the skip at the test, as skip markers are, not at this line.
             skip = pytest.skip.Exception(reason, _use_item_location=True)

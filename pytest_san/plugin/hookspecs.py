@@ -71,3 +71,15 @@ def pytest_san_conformance(config: pytest.Config, report: dict[str, Any]) -> Non
     keys in place (a downstream project's own results, the lab inventory, ...). Under
     pytest-xdist it is called once, in the controller, with every worker's results merged.
     """
+
+
+@pytest.hookspec
+def pytest_san_node_capabilities(config: pytest.Config, node: Node, capabilities: set[str]) -> None:
+    """Add or discard names of ``capabilities``, what ``node`` can do, in place.
+
+    Called once per node and provider (again when a hil agent is replaced), after pytest-san derived the set
+    from the backend, ``provider.supports_rdma_read`` and the optional ``san_capabilities`` mappings of the
+    provider and proxy. ``san_requires`` skips a test unless every node it uses has what it names; the
+    report's ``capabilities`` are what every node has, ``node_capabilities`` each node's own.
+    """
+

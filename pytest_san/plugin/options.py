@@ -15,10 +15,13 @@ DEFAULT_BACKEND = "emulator"
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("san", "SAN conformance (pytest-san)")
     group.addoption("--san-backend", metavar="NAME", default=None,
-                    help=f"backend to run SAN tests on (default: $SAN_BACKEND, else ini san_backend, "
-                         f"else {DEFAULT_BACKEND!r})")
+                    help=f"backend to run SAN tests on: emulator (in-process), hil (lab hosts) or one a plugin adds "
+                         f"(default: $SAN_BACKEND, else ini san_backend, else {DEFAULT_BACKEND!r})")
     group.addoption("--san-report", metavar="PATH", default=None,
                     help="write the conformance report (rule -> passed/failed/skipped) as JSON to PATH")
+    group.addoption("--san-rules", metavar="IDS", default=None,
+                    help="run only the tests marked with one of these rules (comma-separated, e.g. R6,R8); "
+                         "the others are deselected")
     parser.addini("san_backend", f"default for --san-backend (else {DEFAULT_BACKEND!r})",
                   default=DEFAULT_BACKEND)
 
@@ -28,7 +31,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--san-model-steps", metavar="N", type=int, default=None,
                     help="pytest_san.model: steps per sequence (default 40)")
     group.addoption("--san-model-deadline", metavar="SECONDS", type=float, default=None,
-                    help="pytest_san.model: start no new sequence after SECONDS (default: no deadline)")
+                    help="pytest_san.model: start no new sequence after SECONDS (default: no deadline); a "
+                         "divergence found is still shrunk, within the same time")
     group.addoption("--san-model-seed", metavar="N", type=int, default=None,
                     help="pytest_san.model: the seed to draw sequences from (every run prints its own: replay it)")
     group.addoption("--san-model-differential", action="store_true", default=False,
@@ -51,7 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "local://[?engine=emulator&loopback=1]")
     group.addoption("--san-lease-timeout", metavar="SECONDS", type=float, default=None,
                     help="how long to wait for lab hosts leased by others, then fail naming the holders "
-                         "(default: ini san_lease_timeout, else the backend's)")
+                         "(default: ini san_lease_timeout, else the backend's: 300 on hil)")
     group.addoption("--san-hosts-per-worker", metavar="N|auto|all", default=None,
                     help="hosts each pytest process or xdist worker leases out of the selected ones; auto "
                          "(default): 1 if every host is emulator-engine or san_loopback, else 2 (a pair)")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import pytest
 
 from pytest_san import Access, Buffer, Completion, Process, Provider, Proxy, SanError, Socket, Status, WsaError
+from pytest_san.protocols import Outcome as CallOutcome
+from pytest_san.together import first_failure, together
 
 GUARD = 64
 GUARD_BYTE = 0xA5
@@ -59,6 +61,24 @@ def source(endpoint: End, data: bytes, access: Access = Access.READ) -> tuple[Bu
     return buf, endpoint.provider.register_memory(endpoint.socket, buf, access)
 
 
+def sources(backend: object, endpoint: End, payloads: Sequence[bytes],
+            access: Access = Access.READ) -> list[tuple[Buffer, int]]:
+    """``source`` of each payload: the allocations, then the writes, then the registrations, each made
+    together where ``backend`` can (a lab: three round trips in all); the first failure is raised."""
+    bufs = _results(together(backend, [(endpoint.process, "alloc", (len(data),)) for data in payloads]))
+    _results(together(backend, [(buf, "write", (data,)) for buf, data in zip(bufs, payloads, strict=True)]))
+    handles = _results(together(backend, [(endpoint.provider, "register_memory", (endpoint.socket, buf, access))
+                                          for buf in bufs]))
+    return list(zip(bufs, handles, strict=True))
+
+
+def _results(outcomes: Sequence[CallOutcome]) -> list[Any]:
+    failure = first_failure(outcomes)
+    if failure is not None:
+        raise failure
+    return [value for _, value in outcomes]
+
+
 def sink(endpoint: End, nbytes: int, access: Access = Access.WRITE) -> tuple[Guarded, int]:
     """A registered local buffer (with guards) to receive into."""
     g = guarded(endpoint, nbytes, fill=0x11)
@@ -72,6 +92,11 @@ def window(endpoint: End, nbytes: int, access: Access, fill: int = 0x22) -> tupl
 
 
 Outcome = Completion | SanError
+
+NEEDS_READ = pytest.mark.san_requires("rdma_read")
+"""RdmaRead is optional (CONTRACT.md section 2): a scenario that calls it declares so."""
+RDMA_KINDS = ["rdma_write", pytest.param("rdma_read", marks=NEEDS_READ)]
+"""Parametrize over both RDMA directions; the read one is skipped on nodes without RdmaRead."""
 
 
 def expect_error(code: WsaError, call: Callable[..., object], *args: Any) -> SanError:
@@ -110,6 +135,23 @@ def read_from(initiator: End, descriptor: bytes, nbytes: int, offset: int = 0) -
     g, handle = sink(initiator, nbytes)
     return attempt(lambda: initiator.provider.rdma_read(initiator.socket, [(g.inner, handle)], descriptor,
                                                          offset)), g
+
+
+def receive(sender: End, receiver: End, buffers: list[tuple[Buffer, int]], data: bytes) -> Outcome:
+    """A receive into ``buffers`` posted by ``receiver``, and ``data`` sent by ``sender`` only if the receive is
+    still pending (a provider may refuse a bad sink at the call, at once, or only when data arrives). The
+    receive's outcome; the send's is not looked at (it may fail either way). No other receive may be posted."""
+    try:
+        recv = receiver.provider.recv(receiver.socket, buffers)
+    except SanError as exc:
+        return exc
+    if not recv.done():
+        try:  # the receive may have failed by now, and broken the connection: the send may be refused
+            buf, handle = source(sender, data)
+            attempt(lambda: sender.provider.send(sender.socket, [(buf, handle)]))
+        except SanError:
+            pass
+    return recv.wait(timeout=TIMEOUT)
 
 
 @dataclasses.dataclass

@@ -8,7 +8,18 @@ import pytest
 
 from pytest_san import Access, Backend, Buffer, Connection, Endpoint, Switch
 
-from .support import attempt, expect_error, read_from, rejected, sink, source, succeeded, window, write_into
+from .support import (
+    NEEDS_READ,
+    attempt,
+    expect_error,
+    read_from,
+    rejected,
+    sink,
+    source,
+    succeeded,
+    window,
+    write_into,
+)
 
 DATA = bytes(range(256)) * 16  # 4 KiB
 
@@ -77,38 +88,57 @@ def test_descriptor_works_for_connected_peer(conn: Connection) -> None:
     target, desc = window(b, len(DATA), Access.READWRITE)
     assert succeeded(write_into(a, desc, DATA), len(DATA))
     assert target.inner.read() == DATA and target.intact()
+
+
+@pytest.mark.san_rule("R2")
+@NEEDS_READ
+def test_descriptor_read_by_connected_peer(conn: Connection) -> None:
+    a, b = conn.local, conn.remote
+    target, desc = window(b, len(DATA), Access.READWRITE)
+    target.inner.write(DATA)
     outcome, landed = read_from(a, desc, len(DATA))
     assert succeeded(outcome, len(DATA)) and landed.inner.read() == DATA and landed.intact()
 
 
-def _intruders_rejected(san_switch: Switch, owner: Endpoint, make: Callable[[], Endpoint]) -> None:
-    """A write and a read through ``owner``'s descriptor, each from a fresh intruding connection."""
+INTRUSIONS = ["write", pytest.param("read", marks=NEEDS_READ)]
+
+
+def _intruder_rejected(owner: Endpoint, make: Callable[[], Endpoint], how: str) -> None:
+    """A write (or a read) through ``owner``'s descriptor from a fresh intruding connection."""
     target, desc = window(owner, len(DATA), Access.READWRITE)
-    assert rejected(write_into(make(), desc, DATA))
-    assert target.unchanged()
-    outcome, landed = read_from(make(), desc, len(DATA))
-    assert rejected(outcome) and landed.unchanged()
+    if how == "write":
+        assert rejected(write_into(make(), desc, DATA))
+        assert target.unchanged()
+    else:
+        outcome, landed = read_from(make(), desc, len(DATA))
+        assert rejected(outcome) and landed.unchanged()
 
 
 @pytest.mark.san_rule("R2")
-def test_descriptor_on_another_connection_between_same_processes(san_switch: Switch, conn: Connection) -> None:
+@pytest.mark.parametrize("how", INTRUSIONS)
+def test_descriptor_on_another_connection_between_same_processes(san_switch: Switch, conn: Connection,
+                                                                 how: str) -> None:
     a, b = conn.local, conn.remote
-    _intruders_rejected(san_switch, b, lambda: san_switch.connect(peer=b.process, process=a.process).local)
+    _intruder_rejected(b, lambda: san_switch.connect(peer=b.process, process=a.process).local, how)
 
 
 @pytest.mark.san_rule("R2")
-def test_descriptor_from_another_process_on_the_initiator_host(san_switch: Switch, conn: Connection) -> None:
+@pytest.mark.parametrize("how", INTRUSIONS)
+def test_descriptor_from_another_process_on_the_initiator_host(san_switch: Switch, conn: Connection,
+                                                               how: str) -> None:
     a, b = conn.local, conn.remote
     node = a.process.node
-    _intruders_rejected(san_switch, b, lambda: san_switch.connect(peer=b.process, process=node.spawn_process()).local)
+    _intruder_rejected(b, lambda: san_switch.connect(peer=b.process, process=node.spawn_process()).local, how)
 
 
 @pytest.mark.san_rule("R2")
 @pytest.mark.san_requires("third_host")
-def test_descriptor_from_a_third_host(san_switch: Switch, san_backend: Backend, conn: Connection) -> None:
+@pytest.mark.san_nodes(3)
+@pytest.mark.parametrize("how", INTRUSIONS)
+def test_descriptor_from_a_third_host(san_switch: Switch, san_backend: Backend, conn: Connection, how: str) -> None:
     b = conn.remote
     third = san_backend.nodes[2]
-    _intruders_rejected(san_switch, b, lambda: san_switch.connect(peer=b.process, process=third).local)
+    _intruder_rejected(b, lambda: san_switch.connect(peer=b.process, process=third).local, how)
 
 
 @pytest.mark.san_rule("R2")
@@ -123,6 +153,7 @@ def test_own_descriptor_is_not_a_remote_target(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R5")
+@NEEDS_READ
 def test_same_address_in_another_process_is_not_the_registered_memory(san_switch: Switch,
                                                                       conn: Connection) -> None:
     from pytest_san import SanError
@@ -142,12 +173,13 @@ def test_same_address_in_another_process_is_not_the_registered_memory(san_switch
 
 
 @pytest.mark.san_rule("R5", "R2")
-def test_registration_not_reachable_from_processes_on_the_owner_host(san_switch: Switch,
-                                                                     conn: Connection) -> None:
+@pytest.mark.parametrize("how", INTRUSIONS)
+def test_registration_not_reachable_from_processes_on_the_owner_host(san_switch: Switch, conn: Connection,
+                                                                     how: str) -> None:
     a, b = conn.local, conn.remote
     node = a.process.node
     # a's memory, reached by b over a connection to a neighbour process of a: never.
-    _intruders_rejected(san_switch, a, lambda: san_switch.connect(peer=node.spawn_process(), process=b.process).local)
+    _intruder_rejected(a, lambda: san_switch.connect(peer=node.spawn_process(), process=b.process).local, how)
 
 
 # -- R6: read-only memory is never written ---------------------------------------------------------
@@ -162,6 +194,7 @@ def test_peer_write_into_read_descriptor_is_rejected(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R6")
+@NEEDS_READ
 def test_peer_read_from_read_descriptor_works(conn: Connection) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, len(DATA), Access.READ, fill=0x5A)
@@ -179,6 +212,7 @@ def test_read_handle_as_receive_buffer_is_rejected(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R6")
+@NEEDS_READ
 def test_read_handle_as_rdma_read_sink_is_rejected(conn: Connection) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, len(DATA), Access.READ, fill=0x5A)
@@ -191,6 +225,7 @@ def test_read_handle_as_rdma_read_sink_is_rejected(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R7")
+@NEEDS_READ
 def test_peer_read_from_write_descriptor_is_rejected(conn: Connection) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, len(DATA), Access.WRITE, fill=0x5A)
@@ -218,6 +253,7 @@ def test_write_handle_as_send_source_is_rejected(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R7")
+@NEEDS_READ
 def test_readwrite_allows_both(conn: Connection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.READWRITE)
@@ -240,6 +276,7 @@ def test_write_past_the_registered_range_is_rejected(conn: Connection, offset: i
 
 
 @pytest.mark.san_rule("R8")
+@NEEDS_READ
 @pytest.mark.parametrize("offset,length", [(0, 4097), (4095, 2)])
 def test_read_past_the_registered_range_is_rejected(conn: Connection, offset: int, length: int) -> None:
     a, b = conn.local, conn.remote

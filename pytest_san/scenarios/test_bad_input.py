@@ -15,7 +15,7 @@ import pytest
 
 from pytest_san import Access, Backend, Completion, SanError, Status, Switch, WsaError
 
-from .support import RawEnd, attempt, guarded, rejected, window
+from .support import RDMA_KINDS, RawEnd, attempt, guarded, rejected, window
 
 Snapshot = list[tuple[str, int, int, int, int]]
 
@@ -52,7 +52,7 @@ def _registered(end: RawEnd, nbytes: int, fill: int) -> tuple[Any, int]:
 
 
 @pytest.mark.san_rule("R8")
-@pytest.mark.parametrize("kind", ["rdma_write", "rdma_read"])
+@pytest.mark.parametrize("kind", RDMA_KINDS)
 @pytest.mark.parametrize("good_first", [False, True], ids=["alone", "after_a_good_entry"])
 def test_negative_length_local_buffer_moves_no_byte(raw_pair: tuple[RawEnd, RawEnd], kind: str,
                                                     good_first: bool) -> None:
@@ -92,7 +92,7 @@ def test_zero_length_entries_move_nothing(raw_pair: tuple[RawEnd, RawEnd]) -> No
 
 
 @pytest.mark.san_rule("R13", "R14")
-@pytest.mark.parametrize("kind", ["rdma_write", "rdma_read", "send", "recv"])
+@pytest.mark.parametrize("kind", [*RDMA_KINDS, "send", "recv"])
 @pytest.mark.parametrize("junk", ["None", "one_tuple", "none_buffer", "three_tuple"])
 def test_malformed_scatter_list_is_a_type_error_before_anything_is_in_use(raw_pair: tuple[RawEnd, RawEnd],
                                                                           kind: str, junk: str) -> None:

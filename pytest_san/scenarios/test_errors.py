@@ -7,8 +7,9 @@ from typing import cast
 import pytest
 
 from pytest_san import Access, Backend, Connection, SanError, Status, WsaError
+from pytest_san.together import asking
 
-from .support import TIMEOUT, RawEnd, attempt, expect_error, rejected, sink, source, window
+from .support import TIMEOUT, RawEnd, attempt, expect_error, rejected, sink, source, sources, window
 
 
 @pytest.mark.san_rule("R14")
@@ -59,15 +60,15 @@ def test_malformed_descriptor_is_einval(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R14")
-def test_too_many_buffers_is_einval(conn: Connection) -> None:
+def test_too_many_buffers_is_einval(san_backend: Backend, conn: Connection) -> None:
     a, b = conn.local, conn.remote
-    parts = [source(a, b"p" * 8) for _ in range(64)]
+    parts = sources(san_backend, a, [b"p" * 8] * 64)
     _, desc = window(b, 64 * 8, Access.WRITE)
     expect_error(WsaError.WSAEINVAL, lambda: a.provider.rdma_write(a.socket, parts, desc, 0))
 
 
 @pytest.mark.san_rule("R14")
-def test_full_queue_is_enetdown(conn: Connection) -> None:
+def test_full_queue_is_enetdown(san_backend: Backend, conn: Connection) -> None:
     b = conn.remote
     g, handle = sink(b, 16)
     posted = []
@@ -75,7 +76,8 @@ def test_full_queue_is_enetdown(conn: Connection) -> None:
         for _ in range(100_000):  # far beyond any receive queue
             posted.append(b.provider.recv(b.socket, [(g.inner, handle)]))
     assert err.value.code is WsaError.WSAENETDOWN
-    assert posted and not any(op.done() for op in posted)
+    with asking(san_backend, [(op, "done", ()) for op in posted]):  # on a lab: one round trip
+        assert posted and not any(op.done() for op in posted)
 
 
 @pytest.mark.san_rule("R14", "R4")
@@ -155,3 +157,28 @@ def test_link_drop_is_connection_reset(san_backend: Backend, conn: Connection) -
         assert err.value.code in (WsaError.WSAECONNRESET, WsaError.WSAENOTCONN)
     finally:
         san_backend.faults.restore_link(a.process.node, b.process.node)
+
+
+@pytest.mark.san_rule("R14")
+@pytest.mark.parametrize("kind", ["send", "rdma_write"])
+def test_a_stale_handle_in_a_scatter_list_completes_with_its_error(san_backend: Backend,
+                                                                   raw_pair: tuple[RawEnd, RawEnd], kind: str) -> None:
+    """A handle deregistered before the call names no memory: the operation completes LOCAL_PROTECTION with 0
+    bytes (on verbs also REMOTE_OPERATION, a NIC's LOC_QP_OP_ERR), never ABORTED: a flush would say that
+    something else failed first."""
+    a, b = raw_pair
+    buf, handle = source(a, b"S" * 64)
+    a.provider.deregister_memory(a.socket, handle)
+    if kind == "send":
+        g, dh = sink(b, 64)
+        b.provider.recv(b.socket, [(g.inner, dh)])
+        op = a.provider.send(a.socket, [(buf, handle)])
+    else:
+        g, descriptor = window(b, 64, Access.WRITE)
+        op = a.provider.rdma_write(a.socket, [(buf, handle)], descriptor, 0)
+    done = op.wait(timeout=TIMEOUT)
+    expected = {Status.LOCAL_PROTECTION}
+    if "verbs" in san_backend.capabilities:
+        expected.add(Status.REMOTE_OPERATION)  # the model's unknown-lkey-status: rxe, siw
+    assert done.status in expected and done.bytes == 0, done
+    assert g.unchanged()

@@ -6,7 +6,19 @@ import pytest
 
 from pytest_san import Access, Backend, Connection, SanError, Status, Switch, WsaError
 
-from .support import TIMEOUT, attempt, expect_error, read_from, rejected, sink, source, succeeded, window, write_into
+from .support import (
+    NEEDS_READ,
+    TIMEOUT,
+    attempt,
+    expect_error,
+    read_from,
+    rejected,
+    sink,
+    source,
+    succeeded,
+    window,
+    write_into,
+)
 
 DATA = b"\x3c" * 4096
 
@@ -26,6 +38,7 @@ def test_descriptor_rejected_after_deregister(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R3")
+@NEEDS_READ
 def test_read_rejected_after_deregister(conn: Connection) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, len(DATA), Access.READ)
@@ -96,9 +109,10 @@ def test_pending_receive_fails_when_the_peer_process_dies(san_switch: Switch, co
     g, handle = sink(victim.local, 256)
     pending = victim.local.provider.recv(victim.local.socket, [(g.inner, handle)])
     victim.remote.process.kill()
-    # Whether on this host or another: the survivor learns, and its receive does not wait forever.
+    # Whether on this host or another: the survivor learns, and its receive does not wait forever. R4 asks for
+    # an error, not which: the connection reset (the emulator, rxe), or the receive flushed as the QP goes down.
     done = pending.wait(timeout=TIMEOUT)
-    assert done.status is Status.CONNECTION_RESET
+    assert done.status is not Status.SUCCESS and done.bytes == 0
     assert g.unchanged()
 
 

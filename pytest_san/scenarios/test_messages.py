@@ -22,7 +22,7 @@ def test_send_lands_in_the_posted_receive(raw_pair: tuple[RawEnd, RawEnd]) -> No
 
 
 @pytest.mark.san_rule("R14")
-@pytest.mark.san_requires("send_waits")  # iWARP has no receiver-not-ready flow control (README: the verbs engine)
+@pytest.mark.san_requires("send_waits")  # iWARP has no receiver-not-ready flow control (docs/lab.md: the verbs engine)
 def test_send_waits_for_a_receive_and_scatters(raw_pair: tuple[RawEnd, RawEnd]) -> None:
     a, b = raw_pair
     parts = [source(a, bytes([i]) * 100) for i in (1, 2, 3)]

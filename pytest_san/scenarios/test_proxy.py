@@ -26,7 +26,8 @@ from pytest_san import (
     SanError,
     WsaError,
 )
-from pytest_san.protocols import Allocation
+from pytest_san.protocols import Allocation, Call
+from pytest_san.together import Earlier, first_failure, together
 
 from .support import expect_error
 
@@ -45,11 +46,11 @@ def overlapping(runs: Sequence[tuple[int, int]]) -> bool:
 def nolowmem(proxy: Proxy) -> Iterator[None]:
     """The proxy in NOLOWMEM mode for the block, then as it was."""
     before = proxy.nolowmem
-    proxy.nolowmem = True  # type: ignore[misc]  # settable where the backend has "nolowmem"
+    proxy.set_nolowmem(True)
     try:
         yield
     finally:
-        proxy.nolowmem = before  # type: ignore[misc]
+        proxy.set_nolowmem(before)
 
 
 def nic(*, dma32: bool = True, dma64: bool = False) -> DeviceDescription:
@@ -100,10 +101,15 @@ def test_allocates_and_frees_on_request(san_proxy: Proxy) -> None:
 
 
 @pytest.mark.san_rule("P2")
-def test_many_allocate_free_cycles_stay_balanced(san_proxy: Proxy) -> None:
+def test_many_allocate_free_cycles_stay_balanced(san_backend: Backend, san_proxy: Proxy) -> None:
     before = san_proxy.live_allocations()
-    for i in range(200):
-        san_proxy.free(san_proxy.allocate(P * (1 + i % 4)))
+    cycles: list[Call] = []
+    for i in range(200):  # each free names the allocation just made: in order, together where the backend can
+        cycles += [(san_proxy, "allocate", (P * (1 + i % 4),)), (san_proxy, "free", (Earlier(2 * i),))]
+    outcomes = together(san_backend, cycles)
+    failure = first_failure(outcomes)
+    if failure is not None:
+        raise failure
     assert san_proxy.live_allocations() == before
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pytest_san import Access, Connection, Endpoint, SanError, Status, Switch, WsaError
 
-from .support import TIMEOUT, sink, source, window
+from .support import NEEDS_READ, TIMEOUT, sink, source, window
 
 THRESHOLD = 8192
 
@@ -55,11 +57,10 @@ def test_message_traffic_uses_only_the_two_regions(san_switch: Switch) -> None:
 
 
 @pytest.mark.san_rule("R10")
+@NEEDS_READ
 @pytest.mark.parametrize("size", [THRESHOLD + 1, 200_000, 3 << 20])
 def test_large_transfer_moves_by_rdma_read(san_switch: Switch, size: int) -> None:
     conn = san_switch.connect(rdma_threshold=THRESHOLD)
-    if not conn.remote.provider.supports_rdma_read:
-        pytest.skip("the receiving provider has no RdmaRead: covered by the write variant")
     data = (bytes(range(251)) * (size // 251 + 1))[:size]
     conn.local.send(data)
     # The sender exposed its data as a READ descriptor; nothing is read before the receiver asks.
@@ -92,8 +93,10 @@ def test_threshold_boundary_and_mixed_order(san_switch: Switch) -> None:
     for piece in pieces:
         conn.local.send(piece)
     assert conn.remote.recv(sum(map(len, pieces)), timeout=TIMEOUT) == b"".join(pieces)
-    registered = [t for t in conn.trace if t == ("local", "register_rdma_memory")]
-    assert len(registered) == 2  # only the two pieces above the threshold went by RDMA
+    # Only the two pieces above the threshold went by RDMA: each exposed one descriptor, the sender's (RdmaRead)
+    # or the receiver's (RdmaWrite, when the receiver lacks RdmaRead).
+    registered = [t for t in conn.trace if t[1] == "register_rdma_memory"]
+    assert len(registered) == 2
 
 
 @pytest.mark.san_rule("R10")
@@ -145,6 +148,7 @@ def test_close_with_operations_in_flight(san_switch: Switch) -> None:
 
 
 @pytest.mark.san_rule("R11")
+@NEEDS_READ
 def test_close_during_a_large_transfer(san_switch: Switch) -> None:
     conn = san_switch.connect(rdma_threshold=THRESHOLD)
     a = conn.local
@@ -153,6 +157,21 @@ def test_close_during_a_large_transfer(san_switch: Switch) -> None:
     assert len(a.provider.registrations(a.socket)) == 3
     conn.close()
     assert a.proxy.live_allocations() <= before - 2
+
+
+@pytest.mark.san_rule("R11")
+def test_close_while_the_receiver_offers_a_write_descriptor(san_switch: Switch) -> None:
+    conn = san_switch.connect(rdma_threshold=THRESHOLD, rdma_mode="write")
+    a, b = conn.local, conn.remote
+    before = b.proxy.live_allocations()
+    a.send(b"W" * 100_000)  # announced; the receiver registers a WRITE descriptor for it when it sees that
+    deadline = time.monotonic() + TIMEOUT
+    while len(b.provider.registrations(b.socket)) < 3:  # only the receiver moves: the write never starts
+        assert time.monotonic() < deadline, "the receiver never offered a WRITE descriptor"
+        if not b.progress():
+            time.sleep(0.01)
+    conn.close()
+    assert b.proxy.live_allocations() <= before - 2
 
 
 @pytest.mark.san_rule("R11", "R4")

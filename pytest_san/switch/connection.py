@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..protocols import Process, Socket
-from .endpoint import Endpoint, check_timeout
+from ..together import asking, together
+from ..types import SO_RDMA_THRESHOLD_SIZE
+from .endpoint import Endpoint, check_timeout, raise_first
 
 if TYPE_CHECKING:
     from .switch import Switch
@@ -17,20 +19,44 @@ class Connection:
     """``local`` and ``remote`` endpoints of one connected socket pair."""
 
     def __init__(self, switch: Switch, a: tuple[Socket, Process], b: tuple[Socket, Process], *,
-                 rdma_threshold: int, rdma_mode: str, message_size: int, message_count: int) -> None:
+                 rdma_threshold: int | None, rdma_mode: str, message_size: int, message_count: int) -> None:
+        """``rdma_threshold``: None asks the local end's provider (SO_RDMA_THRESHOLD_SIZE)."""
         self.switch = switch
-        self.rdma_threshold = rdma_threshold
+        self._ask_threshold = rdma_threshold is None
+        self.rdma_threshold: int = rdma_threshold if rdma_threshold is not None else 0
         self.rdma_mode = rdma_mode
         self.message_size = message_size
         self.message_count = message_count
         self.trace: list[tuple[str, str]] = []  # (endpoint, provider call) made by the switch
-        self.local = Endpoint(self, "local", *a)  # releases what it built if it fails
-        try:
-            self.remote = Endpoint(self, "remote", *b)
-        except BaseException as exc:
-            self.local.abandon(exc)
-            raise
+        self.local = Endpoint(self, "local", *a)
+        self.remote = Endpoint(self, "remote", *b)
         self.local.peer, self.remote.peer = self.remote, self.local
+        try:
+            self._build()
+        except BaseException as exc:  # all or nothing: what was built is released before the failure is raised
+            self.local.abandon(exc)
+            self.remote.abandon(exc)
+            raise
+
+    def _build(self) -> None:
+        """Both ends at once (on a lab: every host's calls in one round trip): their regions and registrations,
+        the threshold if it was not given, then their receives; the first failure is raised."""
+        ends = (self.local, self.remote)
+        calls = [*self.local.regions(), *self.remote.regions(4)]
+        asked = self._ask_threshold
+        if asked:
+            calls.append((self.local.provider, "getsockopt", (self.local.socket, SO_RDMA_THRESHOLD_SIZE)))
+        made = together(self.switch.backend, calls)
+        for i, end in enumerate(ends):
+            end.regions_made(made[4 * i:4 * i + 4])
+        raise_first(made)
+        if asked:
+            self.rdma_threshold = cast(int, made[-1][1])
+        posts = together(self.switch.backend, [*self.local.receives(), *self.remote.receives()])
+        count = self.message_count
+        self.local.receives_made(posts[:count])
+        self.remote.receives_made(posts[count:])
+        raise_first(posts)
 
     def read_mode(self, receiver: Endpoint) -> bool:
         """R10: large transfers use RdmaRead unless the receiving side lacks it (then RdmaWrite)."""
@@ -40,10 +66,13 @@ class Connection:
 
     def progress(self) -> bool:
         moved = False
-        # Drive both ends until neither moves: one call settles everything already possible.
-        while self.local.progress() | self.remote.progress():
+        # Drive both ends until neither moves: one call settles everything already possible. Whether each
+        # pending operation is done is asked of both ends at once (on a lab: one round trip for both hosts).
+        while True:
+            with asking(self.switch.backend, self.local.questions() + self.remote.questions()):
+                if not self.local.progress() | self.remote.progress():
+                    return moved
             moved = True
-        return moved
 
     def run_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         check_timeout(timeout)

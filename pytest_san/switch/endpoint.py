@@ -7,8 +7,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import SanError, WsaError
-from ..protocols import Buffer, Outcome, PendingOperation, Process, Provider, Proxy, Socket
-from ..together import first_failure, together
+from ..protocols import Buffer, Call, Outcome, PendingOperation, Process, Provider, Proxy, Question, Socket
+from ..together import Earlier, first_failure, together
 from ..types import SO_MAX_RDMA_SIZE, Access, Status
 from .session import HEADER, Kind, Message, parse_src_avail, src_avail
 
@@ -51,7 +51,7 @@ class Endpoint:
         self.peer: Endpoint
         self.closed = False
         self.error: str | None = None
-        count, size = conn.message_count, conn.message_size
+        count = conn.message_count
         self.send_handle: int | None = None
         self.recv_handle: int | None = None
         self.send_slots: list[Buffer] = []
@@ -71,33 +71,37 @@ class Endpoint:
         self.awaiting_read: collections.deque[_Outgoing] = collections.deque()  # read mode, sender side
         self.awaiting_sink: collections.deque[_Outgoing] = collections.deque()  # write mode, sender side
         self.writing: collections.deque[_Outgoing] = collections.deque()  # write mode, writes in flight
-        try:
-            self._build(count, size)
-        except BaseException as exc:
-            self.abandon(exc)  # all or nothing: what was built is released before the failure is raised
-            raise
 
-    def _build(self, count: int, size: int) -> None:
-        """R9: exactly two virtually contiguous regions, one per direction, registered, and a receive posted
-        in each slot. Each step's calls are made together (on a lab: one round trip for the two allocations,
-        one for the registrations, one for the receives); what succeeded is kept for ``abandon`` to release
-        before the first failure is raised."""
-        backend = self.conn.switch.backend
-        regions = together(backend, [(self.process, "alloc", (count * size,))] * 2)
-        _raise_first(regions)
-        self.send_region, self.recv_region = (cast(Buffer, value) for _, value in regions)
-        self.conn.trace += [(self.name, "register_memory")] * 2
-        handles = together(backend, [(self.provider, "register_memory", (self.socket, self.send_region, Access.READ)),
-                                     (self.provider, "register_memory", (self.socket, self.recv_region, Access.WRITE))])
+    # -- building (Connection.build: both ends' calls made together)
+
+    def regions(self, first: int = 0) -> list[Call]:
+        """R9: exactly two virtually contiguous regions, one per direction, and their registrations, each naming
+        what its allocation returned (on a lab: one round trip for all four); ``first``: the index of these
+        calls' first in the list they go in."""
+        nbytes = self.conn.message_count * self.conn.message_size
+        return [(self.process, "alloc", (nbytes,))] * 2 + [
+            (self.provider, "register_memory", (self.socket, Earlier(first), Access.READ)),
+            (self.provider, "register_memory", (self.socket, Earlier(first + 1), Access.WRITE))]
+
+    def regions_made(self, outcomes: list[Outcome]) -> None:
+        """What ``regions`` got: kept, so that ``abandon`` releases what succeeded."""
+        regions, handles = outcomes[:2], outcomes[2:]
+        self.conn.trace += [(self.name, "register_memory") for ok, _ in regions if ok]  # a failed one's is unmade
         (sent, send_handle), (received, recv_handle) = handles
         self.send_handle = cast(int, send_handle) if sent else None
         self.recv_handle = cast(int, recv_handle) if received else None
-        _raise_first(handles)
-        self.send_slots = [self.send_region.view(i * size, size) for i in range(count)]
-        posts = together(backend, [(self.provider, "recv", (self.socket, [(self._recv_slot(slot), self.recv_handle)]))
-                                   for slot in range(count)])
-        self.recvs.extend((slot, cast(PendingOperation, op)) for slot, (ok, op) in enumerate(posts) if ok)
-        _raise_first(posts)
+        if all(ok for ok, _ in regions):
+            self.send_region, self.recv_region = (cast(Buffer, value) for _, value in regions)
+            size = self.conn.message_size
+            self.send_slots = [self.send_region.view(i * size, size) for i in range(self.conn.message_count)]
+
+    def receives(self) -> list[Call]:
+        """A receive posted in each slot of the receive region."""
+        return [(self.provider, "recv", (self.socket, [(self._recv_slot(slot), self.recv_handle)]))
+                for slot in range(self.conn.message_count)]
+
+    def receives_made(self, outcomes: list[Outcome]) -> None:
+        self.recvs.extend((slot, cast(PendingOperation, op)) for slot, (ok, op) in enumerate(outcomes) if ok)
 
     # -- provider calls, traced so a scenario can see what the switch asked for (R9, R10)
 
@@ -109,10 +113,19 @@ class Endpoint:
         size = self.conn.message_size
         return self.recv_region.view(slot * size, size)
 
-    def _post_recv(self, slot: int) -> None:
+    def _take(self, slot: int, nbytes: int) -> bytes:
+        """The message in receive slot ``slot``, and a receive posted there again: together (on a lab: one round
+        trip), the read first."""
         handle = self.recv_handle
         assert handle is not None
-        self.recvs.append((slot, self.provider.recv(self.socket, [(self._recv_slot(slot), handle)])))
+        size = self.conn.message_size
+        (read, data), (posted, op) = together(self.conn.switch.backend, [
+            (self.recv_region, "read", (nbytes, slot * size)),
+            (self.provider, "recv", (self.socket, [(self._recv_slot(slot), handle)]))])
+        if posted:
+            self.recvs.append((slot, cast(PendingOperation, op)))
+        raise_first([(read, data), (posted, op)])
+        return cast(bytes, data)
 
     # -- the application's side
 
@@ -217,6 +230,14 @@ class Endpoint:
         self.error = self.error or f"{what} completed {status.name}"
         return True
 
+    def questions(self) -> list[Question]:
+        """What ``progress`` asks of the operations in flight: whether each is done."""
+        if self.closed or self.error:
+            return []
+        ops = [*self.sends.values(), *(op for _, op in self.recvs)]
+        ops += [op for item in self.reading for op in item.ops] + [op for out in self.writing for op in out.ops]
+        return [(op, "done", ()) for op in ops]
+
     def progress(self) -> bool:
         """Reap completions, handle messages, start what credits allow; True if anything moved."""
         if self.closed or self.error:
@@ -227,9 +248,7 @@ class Endpoint:
             done = op.wait(0)
             if self._failed("receive", done.status):
                 return True
-            size = self.conn.message_size
-            msg = Message.decode(self.recv_region.read(done.bytes, slot * size))
-            self._post_recv(slot)
+            msg = Message.decode(self._take(slot, done.bytes))
             self.to_return += 1
             if msg.kind is not Kind.CREDIT:
                 self.owed += 1
@@ -329,10 +348,14 @@ class Endpoint:
             self.to_return = self.owed = 0
             self.credits -= 1
             buf = self.send_slots[slot]
-            buf.write(raw)
             handle = self.send_handle
             assert handle is not None
-            self.sends[slot] = self.provider.send(self.socket, [(buf.view(0, len(raw)), handle)])
+            # The message into its slot, then the send: together (on a lab: one round trip), in that order.
+            (wrote, error), (sent, op) = together(self.conn.switch.backend, [
+                (buf, "write", (raw,)), (self.provider, "send", (self.socket, [(buf.view(0, len(raw)), handle)]))])
+            if sent:
+                self.sends[slot] = cast(PendingOperation, op)
+            raise_first([(wrote, error), (sent, op)])
             moved = True
         return moved
 
@@ -341,7 +364,7 @@ class Endpoint:
         return not (self.outbox or self.awaiting_read or self.awaiting_sink or self.writing or self.reading)
 
 
-def _raise_first(outcomes: list[Outcome]) -> None:
+def raise_first(outcomes: list[Outcome]) -> None:
     failure = first_failure(outcomes)
     if failure is not None:
         raise failure

@@ -6,7 +6,6 @@ from typing import Any, cast
 
 from ..errors import SanError, WsaError
 from ..protocols import Backend, Node, Process, Socket
-from ..types import SO_RDMA_THRESHOLD_SIZE
 from ..types import is_int as _is_int
 from .connection import Connection
 from .endpoint import add_note
@@ -87,8 +86,6 @@ class Switch:
         b = self._process(peer, 1, "peer")
         sa, sb = self.backend.connect_sockets(a, b)
         try:
-            if threshold is None:
-                threshold = a.node.provider.getsockopt(sa, SO_RDMA_THRESHOLD_SIZE)
             conn = Connection(self, (sa, a), (sb, b), rdma_threshold=threshold, rdma_mode=mode,
                               message_size=size, message_count=count)
         except BaseException as exc:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pytest_san import Access, SanError, Status, WsaError
-from pytest_san.burst import BurstProvider, WindowedBurst, rdma_read_burst, rdma_write_burst
+from pytest_san.burst import BurstProvider, WindowedBurst, rdma_read_burst, rdma_write_burst, runs_bursts
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.emulator.provider import QUEUE_DEPTH
 
@@ -76,6 +76,41 @@ def test_a_provider_with_bursts_runs_its_own() -> None:
     assert rdma_write_burst(provider, "s", [], b"d", 8, count=3, depth=2) == "its own"
     assert rdma_read_burst(provider, "s", [], b"d", count=5) == "its own"
     assert seen == [("write", "s", [], b"d", 8, 3, 2), ("read", "s", [], b"d", 0, 5, 16)]
+
+
+def test_a_wrapper_forwarding_by_getattr_gets_bursts_of_its_own_calls(pair: tuple[Any, ...]) -> None:
+    """A provider under test that wraps one with bursts (hil's stand-in has them) and forwards what it lacks:
+    the burst is made of the wrapper's rdma_write calls, so what it does to a transfer it does to each."""
+    _, provider, sock, local, _, desc = pair
+
+    class WithBursts:  # the wrapped provider runs bursts itself, next to its NIC
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def rdma_write_burst(self, *args: Any) -> Any:
+            raise AssertionError("the wrapper's own rdma_write was bypassed")
+
+        rdma_read_burst = rdma_write_burst
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    class Counting:  # the provider under test: counts its writes, forwards everything else
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+            self.writes = 0
+
+        def rdma_write(self, *args: Any) -> Any:
+            self.writes += 1
+            return self.inner.rdma_write(*args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    wrapper = Counting(WithBursts(provider))
+    assert runs_bursts(WithBursts(provider)) and not runs_bursts(wrapper)
+    done = rdma_write_burst(wrapper, sock, local, desc, count=20, depth=4).wait(5)  # type: ignore[arg-type]
+    assert done.status is Status.SUCCESS and done.bytes == 20 * SIZE and wrapper.writes == 20
 
 
 def test_a_full_send_queue_narrows_the_window(pair: tuple[Any, ...]) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 import pytest_san
 import pytest_san.scenarios
+from pytest_san import checks
 from pytest_san.report import RULE_IDS
 
 CONTRACT = Path(pytest_san.__file__).with_name("CONTRACT.md")
@@ -98,3 +99,30 @@ def test_the_contract_names_every_error_code_with_its_value() -> None:
     text = CONTRACT.read_text(encoding="utf-8")
     for code in pytest_san.WsaError:
         assert f"{code.name} {int(code)}" in text, code
+
+
+def test_the_contract_shows_the_reference_order_of_the_code() -> None:
+    """CONTRACT.md's table of the reference order is pytest_san.checks.CHECKS, row for row."""
+    lines = CONTRACT.read_text(encoding="utf-8").splitlines()
+    table = checks.markdown_table()
+    starts = [i for i, line in enumerate(lines) if line == table[0]]
+    assert len(starts) == 1, "CONTRACT.md must hold the reference order once (pytest_san.checks.markdown_table())"
+    rows = []
+    for line in lines[starts[0]:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    assert rows == table, "CONTRACT.md's reference order differs from pytest_san/checks.py"
+
+
+def test_every_call_checks_the_socket_and_its_rows_in_one_order() -> None:
+    """One order for every call: each call's rows are CHECKS filtered, every call checks its socket, and a row
+    names only calls there are."""
+    for call, rows in checks.ORDER.items():
+        assert [c.id for c in rows] == [c.id for c in checks.CHECKS if call in c.calls]
+        assert "socket" in [c.id for c in rows]
+    assert {call for c in checks.CHECKS for call in c.calls} == set(checks.CALLS)
+    assert checks.first("rdma_write", ["queue", "entry.owner", "descriptor"]) == "entry.owner"
+    assert checks.answer("register_rdma_memory", "descriptor_size.small") == "WSAEFAULT"
+    with pytest.raises(KeyError):
+        checks.answer("send", "descriptor")

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from pytest_san import Access, DeviceDescription, SanError, Status, WsaError
+from pytest_san import PAGE_SIZE, Access, DeviceDescription, SanError, Status, WsaError
+from pytest_san.contract import DESCRIPTOR_SIZE
 from pytest_san.emulator import EmulatedBuffer, EmulatedProcess, EmulatorBackend
-from pytest_san.emulator.provider import DESCRIPTOR_SIZE
 from pytest_san.types import SO_MAX_RDMA_SIZE, CacheType
 
 GUARD = 0xA5
@@ -280,7 +280,7 @@ def test_a_buffer_whose_fields_were_changed_never_reaches_outside_its_mapping(pa
     view.offset = -8  # would slice from the end of the mapping and grow it
     with pytest.raises(SanError):
         view.write(b"z" * 8)
-    view.offset, view.length = 60, 8  # past the mapping's end
+    view.offset, view.length = PAGE_SIZE - 4, 8  # past the end of the mapping (its last page)
     with pytest.raises(SanError):
         view.read()
     assert pair.snapshot() == before
@@ -364,7 +364,7 @@ def test_dma_adapter_refuses_fields_and_arguments_of_the_wrong_type() -> None:
     proxy.put_dma_adapter(adapter)
     assert proxy.live_allocations() == 0
     with pytest.raises(TypeError):
-        proxy.nolowmem = "yes"
+        proxy.set_nolowmem("yes")  # type: ignore[arg-type]
 
 
 def test_backend_refuses_junk_and_foreign_nodes_processes_and_sockets() -> None:

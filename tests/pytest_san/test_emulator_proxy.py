@@ -133,7 +133,7 @@ def test_nolowmem_allocations_never_land_below_4_gib() -> None:
     assert p.nolowmem
     held = [p.allocate(n) for n in (1, P, 5 * P, 1 << 20)]
     assert all(address >= FOUR_GIB for a in held for address, _ in a.physical_runs)
-    p.nolowmem = False
+    p.set_nolowmem(False)
     low = p.allocate(P)
     assert low.physical_runs[0][0] < FOUR_GIB  # first fit again once NOLOWMEM is off
     for a in [*held, low]:

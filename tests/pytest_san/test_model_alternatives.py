@@ -1,4 +1,4 @@
-"""The documented alternatives: README's table is the code's, and each applies exactly where it says."""
+"""The documented alternatives: docs/model.md's table is the code's, and each applies exactly where it says."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.model import alternatives
 from pytest_san.model.run import Budget, ModelRun
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+MODEL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 MODEL = Path(alternatives.__file__).parent
 
 
@@ -19,18 +21,18 @@ def _quiet(_: str) -> None:
     pass
 
 
-def test_readme_lists_exactly_the_alternatives_of_the_code() -> None:
-    lines = README.read_text(encoding="utf-8").splitlines()
+def test_the_docs_list_exactly_the_alternatives_of_the_code() -> None:
+    lines = MODEL_PAGE.read_text(encoding="utf-8").splitlines()
     table = alternatives.markdown_table()
     starts = [i for i, line in enumerate(lines) if line == table[0]]
-    assert len(starts) == 1, "README must hold the table of alternatives once (alternatives.markdown_table())"
+    assert len(starts) == 1, "docs/model.md must hold the table of alternatives once (alternatives.markdown_table())"
     start = starts[0]
     rows = []
     for line in lines[start:]:
         if not line.startswith("|"):
             break
         rows.append(line)
-    assert rows == table, "README's table of alternatives differs from pytest_san/model/alternatives.py"
+    assert rows == table, "docs/model.md's table of alternatives differs from pytest_san/model/alternatives.py"
 
 
 def test_every_alternative_is_used_by_the_model() -> None:
@@ -73,10 +75,12 @@ def _kinds(divergences: Sequence[Any]) -> set[str]:
     return {d.problem.category for d in divergences}
 
 
-def test_the_alternatives_are_expected_not_just_allowed() -> None:
+def test_the_alternatives_are_expected_not_just_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a backend without the capability nothing is expected of them; with it, the emulator's own answers
     (in-order queue, breaking both ends, ...) are divergences: an alternative replaces an answer, it does
-    not make everything acceptable."""
+    not make everything acceptable. Random sequences alone: a replayed regression that diverges first would
+    end the run before any sequence expects an alternative."""
+    monkeypatch.setattr("pytest_san.model.run.REGRESSIONS", ())
     plain = ModelRun(EmulatorBackend(), Budget(sequences=30, steps=40, seed=4), log=_quiet).run()
     assert plain.divergences == [] and not plain.alternatives
     claimed = ModelRun(_ClaimsVerbs(EmulatorBackend()), Budget(sequences=30, steps=40, seed=4),  # type: ignore[arg-type]
@@ -216,3 +220,26 @@ def test_the_iwarp_alternatives_are_expected_too() -> None:
                        log=_quiet).run()
     assert claimed.divergences, "the emulator passed as an iWARP backend"
     assert {alternatives.ERROR_ENDS_CONNECTION, alternatives.READ_ONE_BUFFER} & set(claimed.alternatives)
+
+
+def test_more_entries_than_max_sge_are_expected_refused_only_in_the_reference_order() -> None:
+    """How many scatter entries a provider takes is its own (CONTRACT.md section 4): a provider that takes more
+    than MAX_SGE is not failed for it, so the model skips such a step unless the backend declares the reference
+    order, which fixes MAX_SGE; a second fault still makes the step a refusal on either."""
+    from pytest_san.contract import MAX_SGE
+    from pytest_san.model.reference import Model
+    from pytest_san.model.steps import Key, Register, Transfer, plan_for
+
+    def five_entries(reference_order: bool, owner: int = 0) -> Any:
+        model = Model(plan_for(2), frozenset(), 20, reference_order=reference_order)
+        reg = Register(0, "memory", (0, 0, 0, 64), 3, reg=1)
+        model.apply(reg)
+        model.bind(reg, 0x1234)
+        entries = tuple(((owner if i == 0 else 0, 0, 8 * i, 8), Key(reg=1)) for i in range(MAX_SGE + 1))
+        return model.apply(Transfer(0, "send", entries, op=1))
+
+    assert five_entries(reference_order=False).skip
+    refused = five_entries(reference_order=True)
+    assert not refused.skip and refused.raises == {"WSAEINVAL"}
+    two_faults = five_entries(reference_order=False, owner=1)  # and another process's buffer (R5)
+    assert not two_faults.skip and "WSAEFAULT" in two_faults.raises

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pytest_san.checks import REFERENCE_ORDER
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.model.execute import Side
 from pytest_san.model.generate import Generator
@@ -39,7 +40,8 @@ def test_model_passes_on_the_emulator(nodes: int) -> None:
 
 def _run_sequences(backend: EmulatorBackend, seed: int, sequences: int, steps: int) -> collections.Counter[str]:
     """What the steps of a run's sequences were answered, counted (e.g. "rdma_write SUCCESS")."""
-    side = Side("emulator", World(backend), frozenset(), full=True)
+    side = Side("emulator", World(backend), frozenset(), full=True,
+                reference_order=REFERENCE_ORDER in backend.capabilities)
     seen: collections.Counter[str] = collections.Counter()
     for k in range(sequences):
         gen = Generator(side.start(), random.Random(f"{seed}/{k}"))

@@ -229,6 +229,139 @@ def test_missing_capability_skips_with_reason(fake: pytest.Pytester) -> None:
                      "reason": "backend 'fake' lacks capability 'verbs'"}
 
 
+# --- capabilities per node, from the provider and proxy under test ---------------------------
+
+NODE_CAPABILITIES = """
+    import pytest
+
+    @pytest.mark.san_requires("rdma_read")
+    def test_pair_reads(san_switch):
+        pass
+
+    @pytest.mark.san_requires("rdma_read")
+    def test_first_node_reads(san_proxy):
+        pass
+
+    @pytest.mark.san_requires("rdma_read")
+    @pytest.mark.san_nodes(3)
+    def test_three_nodes_read(san_switch):
+        pass
+
+    @pytest.mark.san_requires("contiguous")
+    def test_contiguous(san_proxy):
+        pass
+
+    @pytest.mark.san_requires("tracing")
+    def test_traced(san_proxy):
+        pass
+"""
+
+NO_READ_ON_THE_SECOND_NODE = """
+    from collections.abc import Mapping
+
+    class NoRead:
+        supports_rdma_read = False
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    class NoContiguous:
+        san_capabilities: Mapping[str, bool] = {"contiguous": False, "tracing": True}
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    def pytest_san_make_provider(config, node, provider):
+        return NoRead(provider) if node.name == "node1" else None
+
+    def pytest_san_make_proxy(config, node, proxy):
+        return NoContiguous(proxy)
+"""
+
+
+def test_capabilities_come_from_each_nodes_provider_and_proxy(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(NO_READ_ON_THE_SECOND_NODE)
+    pytester.makepyfile(test_caps=NODE_CAPABILITIES)
+    result = pytester.runpytest("-rs", "--san-report", "san-report.json")
+    result.assert_outcomes(passed=2, skipped=3)
+    result.stdout.fnmatch_lines([
+        "SKIPPED*backend 'emulator': the nodes this test uses lack 'rdma_read' (node node1)",
+        "SKIPPED*backend 'emulator': the nodes this test uses lack 'rdma_read' (node node1)",
+        "SKIPPED*backend 'emulator' lacks capability 'contiguous'",
+    ])
+    outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in _report(pytester)["tests"]}
+    assert outcomes == {"test_pair_reads": "skipped", "test_first_node_reads": "passed",
+                        "test_three_nodes_read": "skipped", "test_contiguous": "skipped", "test_traced": "passed"}
+    data = _report(pytester)
+    assert "rdma_read" not in data["capabilities"] and "contiguous" not in data["capabilities"]
+    assert "tracing" in data["capabilities"]
+    assert "rdma_read" in data["node_capabilities"]["node0"] and "rdma_read" in data["node_capabilities"]["node2"]
+    assert "rdma_read" not in data["node_capabilities"]["node1"]
+
+
+def test_node_capabilities_hook_has_the_last_word(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+        def pytest_san_node_capabilities(config, node, capabilities):
+            if node.name == "node0":
+                capabilities.discard("rdma_read")
+                capabilities.add("tracing")
+    """)
+    pytester.makepyfile(test_caps=NODE_CAPABILITIES)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=2, skipped=3)  # every rdma_read test: node0 is the first node of each
+    result.stdout.fnmatch_lines(["SKIPPED*test_caps.py:7: backend 'emulator': the nodes this test uses lack "
+                                 "'rdma_read' (node node0)"])
+
+
+def test_a_replaced_provider_does_not_inherit_the_backends_claims_about_its_own(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+        from pytest_san.emulator import backend
+
+        backend.CAPABILITIES = backend.CAPABILITIES | {"reference_order"}
+
+        class Same:
+            def __init__(self, inner):
+                self.inner = inner
+
+            def __getattr__(self, name):
+                return getattr(self.inner, name)
+
+        def pytest_san_make_provider(config, node, provider):
+            return Same(provider) if node.name == "node1" else None
+    """)
+    pytester.makepyfile("def test_any(san_backend): pass")
+    pytester.runpytest("--san-report", "san-report.json").assert_outcomes(passed=1)
+    nodes = _report(pytester)["node_capabilities"]
+    assert "reference_order" in nodes["node0"] and "reference_order" not in nodes["node1"]
+    assert "rdma_read" in nodes["node1"]  # what the wrapper forwards is its own
+
+
+def test_a_bad_san_capabilities_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+        class Odd:
+            san_capabilities = ["rdma_read"]
+
+            def __init__(self, inner):
+                self.inner = inner
+
+            def __getattr__(self, name):
+                return getattr(self.inner, name)
+
+        def pytest_san_make_provider(config, node, provider):
+            return Odd(provider)
+    """)
+    pytester.makepyfile("def test_any(san_backend): pass")
+    result = pytester.runpytest()
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*san_capabilities of *Odd* must map capability names to True or False*"])
+
+
 # --- the report ----------------------------------------------------------------------------
 
 REPORTED_TESTS = """
@@ -272,9 +405,10 @@ def test_report_json_counts_every_rule(fake: pytest.Pytester) -> None:
     result = fake.runpytest("--san-backend", "fake", "--san-report", "out/san-report.json")
     result.assert_outcomes(passed=3, failed=1, skipped=1, xfailed=1, errors=1)
     data = _report(fake, "out/san-report.json")
-    assert list(data) == ["backend", "capabilities", "rules", "tests"]
+    assert list(data) == ["backend", "capabilities", "node_capabilities", "rules", "tests"]
     assert data["backend"] == "fake"
     assert data["capabilities"] == ["faults", "rdma_read"]
+    assert data["node_capabilities"] == {"n0": ["faults", "rdma_read"], "n1": ["faults", "rdma_read"]}
     assert list(data["rules"]) == list(RULE_IDS)
     expected = {rule: _zero() for rule in RULE_IDS}
     expected["R1"] = {"passed": 1, "failed": 0, "skipped": 0}
@@ -300,7 +434,7 @@ def test_report_json_counts_every_rule(fake: pytest.Pytester) -> None:
 def test_report_without_san_tests_has_all_rules_at_zero(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_plain(): pass")
     pytester.runpytest("--san-report", "san-report.json").assert_outcomes(passed=1)
-    assert _report(pytester) == {"backend": "emulator", "capabilities": [],
+    assert _report(pytester) == {"backend": "emulator", "capabilities": [], "node_capabilities": {},
                                  "rules": {rule: _zero() for rule in RULE_IDS}, "tests": []}
 
 

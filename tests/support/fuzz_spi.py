@@ -57,7 +57,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from pytest_san import Access, CacheType, Completion, DeviceDescription, SanError, Status, Switch, WsaError
+from pytest_san import PAGE_SIZE, Access, CacheType, Completion, DeviceDescription, SanError, Status, Switch, WsaError
 from pytest_san.plugin.fixtures import leak_message
 from pytest_san.types import is_int as _is_int
 
@@ -473,11 +473,14 @@ class SpiFuzz(RuleBasedStateMachine):
         p = self.procs[proc]
         if shape == "negative":
             return p.buffer_at(b.inner.address + rnd.randrange(b.inner.length), -rnd.randint(1, 64)), None, "negative"
+        # Past the end of the buffer's last page (into the guard page): the bytes up to it are mapped.
+        past = -(-(b.whole.address + b.whole.length) // PAGE_SIZE) * PAGE_SIZE
         if shape == "overrun":
-            return p.buffer_at(b.whole.address + rnd.randrange(8), b.whole.length + rnd.randint(1, 1 << 20)), None, \
-                "unmapped"
+            start = b.whole.address + rnd.randrange(8)
+            return p.buffer_at(start, past - start + rnd.randint(1, 1 << 20)), None, "unmapped"
         if shape == "unmapped":
-            address = rnd.choice([0, 0x1000, b.whole.address + b.whole.length + 8, -4096, 1 << 64, _huge(rnd)])
+            past += 8
+            address = rnd.choice([0, 0x1000, past, -4096, 1 << 64, _huge(rnd)])
             return p.buffer_at(address, rnd.choice([1, 16, 4096])), None, "unmapped"
         if shape == "foreign":
             other = rnd.choice([t for t in self.bufs if t.proc != home])

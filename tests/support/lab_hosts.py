@@ -1,7 +1,7 @@
 """Two emulator-engine lab hosts behind the test sshd, for the lease, xdist and nightly tests.
 
-Both inventory entries point at the same OpenSSH server; their distinct names give distinct lease
-files. ``san_remote_tmp`` is a directory of this test session, so the agents and lease files of
+Both inventory entries point at the same OpenSSH server; their distinct names give distinct
+leases. ``san_remote_tmp`` is a directory of this test session, so the agents and leases of
 these tests never meet those of another run on the machine.
 """
 

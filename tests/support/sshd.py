@@ -120,7 +120,7 @@ class SshServer:
     process: subprocess.Popen[bytes]  # the reaper; sshd is its child
 
     def host_config(self, **overrides: Any) -> HostConfig:
-        """An inventory host for this server, authenticated with the client key."""
+        """An inventory host for this server, authenticated with the client key (as ``user=`` if given)."""
         base = HostConfig(
             name="sshd",
             host=self.host,
@@ -152,11 +152,17 @@ class SshServer:
 
 
 def start_sshd(directory: Path, host: str = "127.0.0.1", attempts: int = 3) -> SshServer:
-    """Start sshd with fresh keys in ``directory``; returns once it sends its SSH banner."""
+    """Start sshd with fresh keys in ``directory``; returns once it sends its SSH banner.
+
+    Every user the server logs in takes the client key: sshd reads ``authorized_keys`` as the user logging
+    in, so for users other than ours ``directory`` and its parents must be theirs to search (the file is
+    made readable by all; the private keys never are).
+    """
     PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
     host_public = write_keypair(directory / "ssh_host_ed25519_key", "test-host-key")
     client_public = write_keypair(directory / "client_key", "test-client-key")
     (directory / "authorized_keys").write_text(client_public + "\n")
+    (directory / "authorized_keys").chmod(0o644)
     config = directory / "sshd_config"
     log = directory / "sshd.log"
     for _ in range(attempts):  # another process may grab the free port before sshd binds it

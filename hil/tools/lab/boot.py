@@ -40,7 +40,7 @@ from hil.tools.lab.guest import (
     start_guest,
 )
 from hil.tools.lab.inventory import host_configs, write_inventory
-from hil.tools.lab.kernel import DEFAULT_CACHE, Kernel, fetch_kernel
+from hil.tools.lab.kernel import DEFAULT_CACHE, DEFAULT_KERNEL, Kernel, fetch_kernel, kernel_choice
 from hil.tools.lab.keys import LabKeys, generate_keys, write_known_hosts
 from hil.tools.lab.procs import group_is_ours, temp_files
 from hil.tools.lab.progress import Progress
@@ -78,6 +78,7 @@ class UpOptions:
     boot_timeout: float = 300.0  # per attempt, until the ready marker (TCG boots take ~40-90 s here)
     ssh_timeout: float = 120.0  # per attempt, after the marker: SSH up and the RDMA port ACTIVE
     provider: str = DEFAULT_PROVIDER  # rxe or siw, in every guest (never both on one netdev)
+    kernel: str = DEFAULT_KERNEL  # 6.1 (Debian 12) or 6.12 (Debian 13): hil.tools.lab.kernel.KERNELS
 
     @property
     def directory(self) -> Path:
@@ -339,12 +340,14 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
         progress("host", f"removing the remains of a lab that is no longer running in {directory}")
         _teardown(existing, progress)
     provider(opts.provider)  # an unknown one fails before anything is fetched or built
+    choice = kernel_choice(opts.kernel)
     find_vng()
-    kernel = fetch_kernel(opts.kernel_cache, progress=lambda m: progress("host", m))
+    kernel = fetch_kernel(opts.kernel_cache, progress=lambda m: progress("host", m), choice=choice)
     siw = siw_module(kernel, opts.kernel_cache, progress=lambda m: progress("host", m)) \
         if opts.provider == "siw" else None
     directory.mkdir(parents=True, exist_ok=True)
-    state = LabState(state_dir=str(directory), kernel=str(kernel.vmlinuz), provider=opts.provider)
+    state = LabState(state_dir=str(directory), kernel=str(kernel.vmlinuz), provider=opts.provider,
+                     kernel_release=kernel.version)
     state.save()
     try:
         if siw is not None:  # the lab's own copy: a rebuild of the cache never changes it under the guests
@@ -380,5 +383,6 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
         progress("host", "stopping and removing what was started")
         _teardown(state, progress)
         raise
-    progress("host", f"lab of {opts.hosts} ({opts.provider}) up in {progress.elapsed():.0f} s; inventory: {inventory}")
+    progress("host", f"lab of {opts.hosts} ({opts.provider}, kernel {kernel.version}) up in "
+                     f"{progress.elapsed():.0f} s; inventory: {inventory}")
     return state

@@ -10,11 +10,10 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from hil.tools.lab import LabError
-from hil.tools.lab.kernel import DEFAULT_CACHE
+from hil.tools.lab.kernel import DEFAULT_CACHE, DEFAULT_KERNEL, KERNELS
 from hil.tools.lab.provider import DEFAULT_PROVIDER, PROVIDERS
 from hil.tools.lab.state import DEFAULT_STATE_DIR
 
@@ -24,12 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["add_lab_commands"]
 
 _Command = Callable[[argparse.Namespace], int]
-
-
-def _terminated(signum: int, frame: FrameType | None) -> None:
-    from hil.tools.lab.lab import Terminated
-
-    raise Terminated(f"signal {signum}")  # the same path as Ctrl-C: every `finally` tears down
 
 
 def _state_dir(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +39,9 @@ def _up_arguments(parser: argparse.ArgumentParser, hosts_default: int) -> None:
     _state_dir(parser)
     parser.add_argument("--inventory-out", type=Path, default=None,
                         help="where to write the inventory (default <state dir>/lab.yaml)")
+    parser.add_argument("--kernel", choices=tuple(KERNELS), default=DEFAULT_KERNEL,
+                        help=f"the guests' kernel: {', '.join(f'{k.name} ({k.debian})' for k in KERNELS.values())}; "
+                             f"default {DEFAULT_KERNEL}")
     parser.add_argument("--kernel-cache", type=Path, default=DEFAULT_CACHE,
                         help=f"guest kernel cache (default {DEFAULT_CACHE})")
     parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
@@ -62,15 +58,17 @@ def _options(args: argparse.Namespace) -> UpOptions:
 
     return UpOptions(hosts=args.hosts, memory=args.memory, hugepages=args.hugepages, state_dir=args.state_dir,
                      inventory_out=args.inventory_out, kernel_cache=args.kernel_cache, accel=args.accel,
-                     boot_timeout=args.boot_timeout, provider=args.provider)
+                     boot_timeout=args.boot_timeout, provider=args.provider, kernel=args.kernel)
 
 
 def _guarded(run: _Command, interrupted: str = "interrupted") -> _Command:
-    """Run a lab command with SIGTERM handled like Ctrl-C (``interrupted`` says what that left), and LabError
-    as a message and status 2."""
+    """Run a lab command with SIGTERM handled like Ctrl-C (``interrupted`` says what that left; a second
+    signal is ignored: hil.tools.lab.lab.stop_once), and LabError as a message and status 2."""
 
     def wrapper(args: argparse.Namespace) -> int:
-        previous = signal.signal(signal.SIGTERM, _terminated)
+        from hil.tools.lab.lab import handle_stop_signals
+
+        previous = handle_stop_signals()
         try:
             return run(args)
         except LabError as exc:
@@ -80,7 +78,8 @@ def _guarded(run: _Command, interrupted: str = "interrupted") -> _Command:
             print(f"san-hil lab: {interrupted}", file=sys.stderr)
             return 130
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     return wrapper
 
@@ -120,6 +119,15 @@ def _ssh(args: argparse.Namespace) -> int:
     return subprocess.call(ssh_command(args.state_dir, args.guest, command))
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from hil.tools.lab.lab import ssh_command
+    from hil.tools.lab.reproduce import remote_command
+
+    return subprocess.call(ssh_command(args.state_dir, args.guest, remote_command(args.name)))
+
+
 def _run(args: argparse.Namespace) -> int:
     from hil.tools.lab.lab import run
 
@@ -128,20 +136,21 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_lab_commands(commands: Any) -> None:
     """Add ``lab`` and its subcommands to ``san-hil``'s subparsers (``commands``)."""
-    lab = commands.add_parser("lab", help="a Soft-RoCE (or Soft-iWARP) lab of qemu guests here (virtme-ng)",
+    lab = commands.add_parser("lab", allow_abbrev=False,
+                              help="a Soft-RoCE (or Soft-iWARP) lab of qemu guests here (virtme-ng)",
                               description="Boot, inspect, use and remove a Soft-RoCE or Soft-iWARP lab on this "
                                           "machine.")
     sub = lab.add_subparsers(dest="lab_command", metavar="LAB_COMMAND", required=True)
 
-    p = sub.add_parser("up", help="boot the guests and write an inventory for them")
+    p = sub.add_parser("up", allow_abbrev=False, help="boot the guests and write an inventory for them")
     _up_arguments(p, hosts_default=2)
     p.set_defaults(run=_guarded(_up, "interrupted; the lab was stopped"))
 
-    p = sub.add_parser("down", help="stop every guest and remove everything `up` made")
+    p = sub.add_parser("down", allow_abbrev=False, help="stop every guest and remove everything `up` made")
     _state_dir(p)
     p.set_defaults(run=_guarded(_down))
 
-    p = sub.add_parser("status", help="what runs: guests, pids, ports, alive or not")
+    p = sub.add_parser("status", allow_abbrev=False, help="what runs: guests, pids, ports, alive or not")
     _state_dir(p)
     p.set_defaults(run=_guarded(_status))
 
@@ -153,6 +162,16 @@ def add_lab_commands(commands: Any) -> None:
                    help="what to run on the guest (default: a shell); after GUEST, options included")
     # its usage line says it all
     p.set_defaults(run=_guarded(_ssh, "interrupted; the lab is still up"), accepts_extra_args=True, passes_on=None)
+
+    p = sub.add_parser("reproduce", allow_abbrev=False,
+                       help="a kernel bug the verbs engine works around, shown in a guest with the workaround off "
+                            "(exit 1: still there, 0: gone, 2: cannot tell); it may hang that guest's device")
+    _state_dir(p)
+    from hil.tools.lab.reproduce import REPRODUCERS  # standard library only until one runs
+
+    p.add_argument("name", choices=sorted(REPRODUCERS), help="the workaround (hil/agent/engines/verbs/quirks.py)")
+    p.add_argument("--guest", default="lab1", help="the guest to reproduce it in (default lab1)")
+    p.set_defaults(run=_guarded(_reproduce, "interrupted; the lab is still up"))
 
     p = sub.add_parser("run", allow_abbrev=False, usage="san-hil lab run [options] [-- pytest args ...]",
                        help="up, the conformance suite on the lab (arguments after -- go to pytest), down")

@@ -64,6 +64,7 @@ GUEST_INIT = r"""#!/bin/bash
 # pytest-san lab guest init, written by `san-hil lab up` and run by virtme-ng inside each guest (as root).
 #   guest-init.sh boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY AUTHORIZED_KEYS [HUGEPAGES [rxe|siw [SIW_KO]]]
 #   guest-init.sh find-nic MAC        # prints the interface that has MAC
+#   guest-init.sh wait-file PATH SECONDS   # status 0 once PATH exists, 1 after SECONDS without it
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 SYSFS_NET=${SAN_LAB_SYSFS_NET:-/sys/class/net}
@@ -90,6 +91,15 @@ wait_nic() {  # MAC SECONDS: virtio-net may still be probing when we start
         tries=$(( tries - 1 ))
     done
     return 1
+}
+
+wait_file() {  # PATH SECONDS: until PATH exists
+    local tries=$(( $2 * 10 ))
+    while [ ! -e "$1" ]; do
+        [ "$tries" -gt 0 ] || return 1
+        sleep 0.1
+        tries=$(( tries - 1 ))
+    done
 }
 
 fail() {
@@ -169,8 +179,12 @@ EOF
     # Hide it in this guest only; the controller names interpreters by absolute path anyway.
     [ -f /root/.bashrc ] && mount --bind /dev/null /root/.bashrc
     rm -f /run/nologin /var/run/nologin  # "System is booting up" on every login otherwise
+    rm -f "$d/sshd.pid"
     /usr/sbin/sshd -f "$d/sshd_config" -h "$d/host_key" -E "$d/sshd.log" \
         || fail "sshd did not start: $(tail -n 5 "$d/sshd.log" 2>&1)"
+    # sshd forks into the background before it binds port 22, and writes its pid file once it listens:
+    # the ready marker must not come before that, or the first SSH attempt meets a closed port.
+    wait_file "$d/sshd.pid" 60 || fail "sshd is not listening after 60 s: $(tail -n 5 "$d/sshd.log" 2>&1)"
     echo "@READY@ $NAME netdev=$LAB mgmt=$MGMT"
     while :; do sleep 3600; done  # the guest lives as long as this script
 }
@@ -178,8 +192,9 @@ EOF
 case "${1:-}" in
     boot) shift; boot "$@" ;;
     find-nic) find_nic "$2" ;;
+    wait-file) wait_file "$2" "$3" ;;
     *) echo "usage: $0 boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY AUTHORIZED_KEYS [HUGEPAGES [rxe|siw [SIW_KO]]]" \
-            "| find-nic MAC" >&2
+            "| find-nic MAC | wait-file PATH SECONDS" >&2
        exit 2 ;;
 esac
 """.replace("@READY@", READY_MARKER).replace("@FAILED@", FAILED_MARKER).replace("@SLIRP_GUEST@", SLIRP_GUEST)

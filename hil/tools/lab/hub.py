@@ -76,6 +76,11 @@ class Hub:
 
 
 async def _serve(port_file: Path) -> None:
+    # The handlers go in before the port file appears: whoever reads the file may signal at once.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     hub = Hub()
     server = await hub.start()
     port = server.sockets[0].getsockname()[1]
@@ -83,17 +88,14 @@ async def _serve(port_file: Path) -> None:
     tmp.write_text(f"{port}\n")
     os.replace(tmp, port_file)  # the controller polls for the file: it must never read a partial number
     hub.say(f"listening on {HOST}:{port}")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     async with server:
         await stop.wait()
     hub.say(f"stopping after {hub.frames} frames ({hub.dropped} dropped)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hil.tools.lab.hub", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hil.tools.lab.hub", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--port-file", type=Path, required=True, help="where to write the listening port")
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):

@@ -23,7 +23,9 @@ def host_configs(state: LabState, keys: LabKeys) -> list[HostConfig]:
     return [
         HostConfig(name=g.name, host=LAB_HOST, port=g.ssh_port, user="root", key_file=keys.client_key,
                    known_hosts=keys.known_hosts, engine="verbs", device=rdma.device, netdev=g.netdev,
-                   gid_index=rdma.gid_index, groups=(GROUP,), extra={"san_lab_address": g.lab_address})
+                   gid_index=rdma.gid_index, groups=(GROUP,),
+                   extra={"san_lab_address": g.lab_address,
+                          **({"san_lab_kernel": state.kernel_release} if state.kernel_release else {})})
         for g in state.guests
     ]
 
@@ -35,7 +37,8 @@ def inventory_data(state: LabState, keys: LabKeys) -> dict[str, object]:
 def write_inventory(path: Path, state: LabState, keys: LabKeys) -> None:
     # The provider goes into the comment only: hil/inventory/keys.py has no key for it (yet).
     comment = (
-        f"Written by `san-hil lab up --provider {state.provider}` for the lab in {state.state_dir}; "
+        f"Written by `san-hil lab up --provider {state.provider}` for the lab in {state.state_dir} (kernel "
+        f"{state.kernel_release or '?'}, san_lab_kernel); "
         "`san-hil lab down` removes it.\n"
         f"Every guest's {provider(state.provider).device} is on its lab NIC; the guests' lab addresses "
         "(san_lab_address) exist only inside the guests."

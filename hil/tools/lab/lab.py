@@ -14,7 +14,8 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from types import FrameType
+from typing import Any, TextIO
 
 from hil.tools.lab import LabError
 from hil.tools.lab.boot import UpOptions, up
@@ -24,8 +25,8 @@ from hil.tools.lab.progress import Progress
 from hil.tools.lab.state import DEFAULT_STATE_DIR, LabState, group_members
 from hil.tools.lab.teardown import down, leftovers
 
-__all__ = ["Progress", "Terminated", "UpOptions", "down", "leftovers", "pytest_command", "run", "ssh_command",
-           "status", "up"]
+__all__ = ["Progress", "Terminated", "UpOptions", "down", "handle_stop_signals", "leftovers", "pytest_command",
+           "run", "ssh_command", "status", "stop_once", "up"]
 
 
 def status(state_dir: Path = DEFAULT_STATE_DIR, out: TextIO | None = None) -> int:
@@ -37,7 +38,8 @@ def status(state_dir: Path = DEFAULT_STATE_DIR, out: TextIO | None = None) -> in
         print(f"no lab in {directory}", file=stream)
         return 1
     age = time.time() - state.started
-    print(f"lab in {directory}: {len(state.guests)} guests ({state.provider}), started {age:.0f} s ago, "
+    kernel = f", kernel {state.kernel_release}" if state.kernel_release else ""  # a lab up'd before it was kept
+    print(f"lab in {directory}: {len(state.guests)} guests ({state.provider}{kernel}), started {age:.0f} s ago, "
           f"{'ready' if state.ready else 'NOT READY (booting, or up failed)'}", file=stream)
     healthy = state.ready
     hub_alive = state.hub_pgid is not None and group_is_ours(state.hub_pgid, state.state_dir)
@@ -85,6 +87,24 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C (every ``finally`` runs) but known to have reached only us."""
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def stop_once(signum: int, frame: FrameType | None) -> None:
+    """The first SIGINT or SIGTERM stops the command; later ones are ignored, so that a second signal
+    cannot cut short the teardown the first one started (not even before it holds signals off)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Terminated(f"signal {signum}") if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def handle_stop_signals() -> dict[int, Any]:
+    """Install :func:`stop_once` for SIGINT and SIGTERM (main thread only); the handlers it replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, stop_once) for sig in STOP_SIGNALS}
+
+
 def _stop_pytest(proc: subprocess.Popen[bytes], forwarded: bool) -> None:
     # Ctrl-C on a terminal reaches pytest too: give it time to stop on its own (a second SIGINT would cut
     # its teardown short). SIGTERM reached only us: pass it on as the SIGINT pytest stops cleanly on.
@@ -107,10 +127,9 @@ def run(opts: UpOptions, pytest_args: Sequence[str], progress: Progress | None =
         up(opts, progress)
         argv = pytest_command(opts.inventory, pytest_args)
         progress("host", "running " + " ".join(argv[1:]))
-        if threading.current_thread() is threading.main_thread():
-            # Started in the background by a shell, we inherit SIGINT ignored, and so would pytest: then
-            # it could not be stopped the way it cleans up (SIGINT). A handler resets to default on exec.
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        # Started in the background by a shell, we inherit SIGINT ignored, and so would pytest: then it
+        # could not be stopped the way it cleans up (SIGINT). A handler resets to default on exec.
+        handle_stop_signals()
         proc = subprocess.Popen(argv)
         try:
             return proc.wait()

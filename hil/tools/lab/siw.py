@@ -3,9 +3,12 @@
 Debian builds its kernels without Soft-iWARP (``# CONFIG_RDMA_SIW is not set``), but siw is in mainline
 and builds out of tree in seconds (LAB.md): the siw folder of ``linux-source-<series>`` at the lab
 kernel's exact Debian version, ``make M=... CONFIG_RDMA_SIW=m modules`` against the matching
-``linux-headers-<release>``. The module is cached in ``<kernel cache>/siw/<release>/`` and used only while
-its vermagic equals that of the lab kernel's own modules (rdma_rxe.ko's) and it was built for the same
-Debian version; otherwise it is built again. It is unsigned: loading it taints the guest kernel (harmless).
+``linux-headers-<release>``. For the host's own kernel series (6.1 on Debian 12) those are the host's
+installed packages; for another Debian release's kernel (6.12: trixie) they are unpacked into a build root
+of that release and make runs there (:mod:`hil.tools.lab.buildroot`). The module is cached in
+``<kernel cache>/siw/<release>/`` and used only while its vermagic equals that of the lab kernel's own modules
+(rdma_rxe.ko's) and it was built for the same Debian version; otherwise it is built again. It is unsigned:
+loading it taints the guest kernel (harmless).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hil.tools.lab import LabError
+from hil.tools.lab.apt import Apt
+from hil.tools.lab.buildroot import build_root, dependencies, in_root, unpack_packages
 from hil.tools.lab.kernel import Kernel
 
 __all__ = ["SRC_ROOT", "BuildTree", "SiwModule", "build_tree", "debian_version", "kernel_banner", "siw_module",
-           "vermagic"]
+           "suite_tree", "vermagic"]
 
 SRC_ROOT = Path("/usr/src")  # where linux-headers-* and linux-source-*.tar.xz install
 SIW_DIR = "drivers/infiniband/sw/siw"
@@ -60,9 +65,17 @@ class SiwModule:
 class BuildTree:
     """The installed headers and source tarball siw.ko is built from, at the lab kernel's version."""
 
-    headers: Path  # /usr/src/linux-headers-<release>
+    headers: Path  # /usr/src/linux-headers-<release> (on this host: under ``root``)
     tarball: Path  # /usr/src/linux-source-<series>.tar.xz
     packages: tuple[str, str]  # linux-headers-<release>, linux-source-<series>
+    root: Path = Path("/")  # where make runs: the host itself, or a build root (chroot) of another release
+
+    def inside(self, path: Path) -> str:
+        """``path`` (on this host, under ``root``) as make sees it."""
+        return "/" + path.relative_to(self.root).as_posix() if self.root != Path("/") else str(path)
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return list(argv) if self.root == Path("/") else in_root(self.root, argv)
 
 
 def kernel_banner(vmlinuz: Path) -> str | None:
@@ -137,6 +150,31 @@ def build_tree(release: str, version: str | None, src_root: Path = SRC_ROOT, run
     return tree
 
 
+def suite_tree(release: str, version: str | None, suite: str, cache: Path, progress: Callable[[str], None],
+               run: Runner = _run) -> BuildTree:
+    """The headers and source for ``release`` of Debian ``suite``, unpacked at ``version`` into that suite's
+    build root (made on first use)."""
+    if version is None:
+        raise LabError(f"the {release} kernel does not say which Debian version it is (its banner has no "
+                       "'Debian X'): siw.ko's headers and source cannot be matched to it")
+    root = build_root(suite, cache, progress, run)
+    apt = Apt.for_suite(suite, cache)
+    apt.prepare(run, progress)
+    series = _series(release)
+    headers = f"linux-headers-{release}"
+    # the headers' own -common and the kbuild tools, at the same version (one source package builds them)
+    wanted = [headers, *dependencies(apt, headers, version, r"linux-(?:headers|kbuild)-[a-z0-9.+~-]+", run),
+              f"linux-source-{series}"]
+    unpack_packages(root, apt, wanted, version, progress, run)
+    tree = BuildTree(root / "usr/src" / headers, root / "usr/src" / f"linux-source-{series}.tar.xz",
+                     (headers, f"linux-source-{series}"), root)
+    missing = [str(p) for p in (tree.headers / "Makefile", tree.tarball) if not p.is_file()]
+    if missing:
+        raise LabError(f"the {suite} build root {root} lacks {', '.join(missing)} after unpacking "
+                       f"{', '.join(wanted)} {version}")
+    return tree
+
+
 def _cached(folder: Path, want: str, version: str | None, run: Runner) -> tuple[SiwModule | None, str]:
     """The usable cached module, or None and why not."""
     module = folder / MODULE
@@ -168,9 +206,13 @@ def siw_module(kernel: Kernel, cache: Path, progress: Callable[[str], None] = pr
     if module is not None:
         progress(f"siw.ko for {kernel.version}: cached in {folder} (vermagic {want})")
         return module
-    tree = build_tree(kernel.version, version, src_root, run)
+    if kernel.suite is None:
+        tree = build_tree(kernel.version, version, src_root, run)
+    else:
+        tree = suite_tree(kernel.version, version, kernel.suite, cache, progress, run)
+    where = "" if tree.root == Path("/") else f" in the build root {tree.root}"
     progress(f"siw.ko for {kernel.version}: building ({why}) from {tree.tarball.name} and {tree.headers.name}"
-             f"{f' {version}' if version else ''}")
+             f"{f' {version}' if version else ''}{where}")
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{kernel.version}.partial-", dir=folder.parent))
     try:
@@ -181,7 +223,7 @@ def siw_module(kernel: Kernel, cache: Path, progress: Callable[[str], None] = pr
                            f"{kernel.rxe_module.name} has {want!r}: the headers do not match the kernel "
                            f"{kernel.vmlinuz}")
         record = {"release": kernel.version, "debian_version": version, "vermagic": have,
-                  "built_from": [str(tree.headers), str(tree.tarball)]}
+                  "built_from": [str(tree.headers), str(tree.tarball)], "build_root": str(tree.root)}
         (staging / _COMPLETE).write_text(json.dumps(record, indent=2) + "\n")
         staging.chmod(0o755)  # mkdtemp's 0700 would hide it from other users' labs
         if folder.exists():
@@ -195,22 +237,28 @@ def siw_module(kernel: Kernel, cache: Path, progress: Callable[[str], None] = pr
 
 
 def _build(tree: BuildTree, staging: Path, run: Runner) -> Path:
-    """Unpack the siw folder of the source tarball into ``staging``, build it there; the module, moved up."""
+    """Unpack the siw folder of the source tarball, build it (in the build root, if any); the module, moved
+    into ``staging``."""
     top = tree.tarball.name.removesuffix(".tar.xz")  # the tarball's one top folder: linux-source-6.1
-    result = run(["tar", "-xJf", str(tree.tarball), "-C", str(staging), "--wildcards", f"{top}/{SIW_DIR}/*"], None)
-    source = staging / top / SIW_DIR
-    if result.returncode or not (source / "Makefile").is_file():
-        raise LabError(f"cannot unpack {SIW_DIR} from {tree.tarball}: {result.stderr.strip()[-600:]}")
-    jobs = str(os.cpu_count() or 1)
-    result = run(["make", "-C", str(tree.headers), f"M={source}", "CONFIG_RDMA_SIW=m", f"-j{jobs}", "modules"],
-                 None)
-    (staging / "build.log").write_text(result.stdout + result.stderr)
-    built = source / MODULE
-    if result.returncode or not built.is_file():
-        tail = (result.stderr or result.stdout).strip()[-1200:]
-        raise LabError(f"building siw.ko against {tree.headers} failed (exit {result.returncode}):\n{tail}")
-    module = staging / MODULE
-    os.replace(built, module)
-    with contextlib.suppress(OSError):
-        shutil.rmtree(staging / top)  # the sources and objects: only the module is kept
+    work = staging if tree.root == Path("/") else Path(tempfile.mkdtemp(prefix="siw-", dir=tree.root / "tmp"))
+    try:
+        result = run(["tar", "-xJf", str(tree.tarball), "-C", str(work), "--wildcards", f"{top}/{SIW_DIR}/*"], None)
+        source = work / top / SIW_DIR
+        if result.returncode or not (source / "Makefile").is_file():
+            raise LabError(f"cannot unpack {SIW_DIR} from {tree.tarball}: {result.stderr.strip()[-600:]}")
+        jobs = str(os.cpu_count() or 1)
+        result = run(tree.command(["make", "-C", tree.inside(tree.headers), f"M={tree.inside(source)}",
+                                   "CONFIG_RDMA_SIW=m", f"-j{jobs}", "modules"]), None)
+        (staging / "build.log").write_text(result.stdout + result.stderr)
+        built = source / MODULE
+        if result.returncode or not built.is_file():
+            tail = (result.stderr or result.stdout).strip()[-1200:]
+            raise LabError(f"building siw.ko against {tree.headers} failed (exit {result.returncode}):\n{tail}")
+        module = staging / MODULE
+        shutil.move(str(built), str(module))
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(work / top)  # the sources and objects: only the module is kept
+        if work != staging:
+            shutil.rmtree(work, ignore_errors=True)
     return module

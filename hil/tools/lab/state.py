@@ -56,7 +56,8 @@ class LabState:
     guests: list[GuestState] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # everything up made outside its own bookkeeping
     inventory: str | None = None
-    kernel: str | None = None
+    kernel: str | None = None  # the guests' vmlinuz
+    kernel_release: str | None = None  # its release (uname -r in the guests): 6.12.117+deb13-amd64
     provider: str = "rxe"  # the RDMA provider of every guest (hil.tools.lab.provider)
     started: float = field(default_factory=time.time)
     ready: bool = False

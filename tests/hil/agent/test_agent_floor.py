@@ -8,6 +8,7 @@ one explicitly (then a broken one fails instead of skipping).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -42,7 +43,8 @@ def candidates() -> list[str]:
     """Where a Python 3.9 may be: PATH, pyenv's versions, the usual system places."""
     found = [p for p in (shutil.which(NAME),) if p]
     pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    found += sorted(str(p) for p in pyenv_root.glob(f"versions/{FLOOR[0]}.{FLOOR[1]}.*/bin/{NAME}"))
+    with contextlib.suppress(OSError):  # another user's pyenv (PYENV_ROOT=/root/.pyenv kept by su): not ours
+        found += sorted(str(p) for p in pyenv_root.glob(f"versions/{FLOOR[0]}.{FLOOR[1]}.*/bin/{NAME}"))
     found += [f"/usr/bin/{NAME}", f"/usr/local/bin/{NAME}"]
     return found
 

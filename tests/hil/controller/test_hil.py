@@ -80,6 +80,19 @@ def test_downstream_file_over_ssh(pytester: pytest.Pytester, lab_host: HostConfi
     result.assert_outcomes(passed=2)
 
 
+def test_the_report_names_each_hosts_kernel(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
+    """SPEC 5.1: "kernel" is each host's kernel release as its agent saw it; "kernel_resources" what the kernel's
+    RDMA resource tracking showed, which an emulator-engine host does not read (the verbs engine does: lab)."""
+    inv = inventory(pytester.path / "lab.json", lab_host)
+    pytester.makepyfile(test_downstream=(TESTS / "support" / "downstream_example.py").read_text())
+    report = _report(pytester, "--san-backend=hil", f"--san-inventory={inv}")
+    assert report["kernel"] == {"lab1": os.uname().release}  # the sshd's host is this machine
+    assert report["kernel_resources"] == {"lab1": {
+        "tests": [], "session_end": None,
+        "unavailable": "this host's engine does not read the kernel's RDMA resources"}}
+    assert "kernel" not in _report(pytester)  # the emulator backend has no hosts
+
+
 def test_broken_provider_hook_applies_over_ssh(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
     """pytest_san_make_provider wraps the hil backend's providers too: the suite catches the bug there."""
     inv = inventory(pytester.path / "lab.json", lab_host)

@@ -220,8 +220,8 @@ class World:
             adapter = proxy.get_dma_adapter(description)
             return proxy.put_dma_adapter(adapter)
         assert kind == "nolowmem"
-        proxy.nolowmem = args[0]
-        proxy.nolowmem = False
+        proxy.set_nolowmem(args[0])
+        proxy.set_nolowmem(False)
         return None
 
     def provider(self, sock: str) -> Any:

@@ -1,18 +1,17 @@
-"""Leases on lab hosts: held by the agent (an flock), never stale, waited for, recorded; xdist across hosts."""
+"""Leases on lab hosts: held by the agent (an abstract socket), never stale, waited for, recorded; xdist."""
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import itertools
 import json
 import os
-import shutil
 import signal
+import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -37,23 +36,29 @@ from tests.support.lab_hosts import NAMES, start_pytest, write_inventory
 from tests.support.sshd import is_running, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
+SIGN = 300  # seconds a sign of the runs started here may take: they start pytest and agents over SSH, under load
 
 
-# --- the agent's side: an flock held for the process's life --------------------------------------------
+# --- the agent's side: an abstract socket held for the process's life ---------------------------------
 
 
 def test_a_lease_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
     held, record = lease.take(str(tmp_path), "lab1", {"worker": "gw1", "run": "r1", "controller": "ctl", "pid": 7})
     assert held is not None and record["worker"] == "gw1" and record["agent_pid"] == os.getpid()
+    assert record["uid"] == os.geteuid() and record["user"]
     again, holder = lease.take(str(tmp_path), "lab1", {"worker": "gw2"})
     assert again is None and holder["worker"] == "gw1" and holder["run"] == "r1" and holder["since"]
-    other, _ = lease.take(str(tmp_path), "lab2", {})  # another host name, another lock
+    assert holder == record  # what the holder answers is its record
+    other, _ = lease.take(str(tmp_path), "lab2", {})  # another host name, another lease
     assert other is not None
+    elsewhere, _ = lease.take(str(tmp_path / "x"), "lab1", {})  # another scope (san_remote_tmp), another lease
+    assert elsewhere is not None
     held.release()
     after, record = lease.take(str(tmp_path), "lab1", {"worker": "gw2"})
     assert after is not None and record["worker"] == "gw2"
-    after.release()
-    other.release()
+    for taken in (after, other, elsewhere):
+        taken.release()
+    assert lease.read_holder(lease.lease_name(str(tmp_path), "lab1")) is None
 
 
 def test_a_lease_ends_with_its_process(tmp_path: Path) -> None:
@@ -64,12 +69,12 @@ def test_a_lease_ends_with_its_process(tmp_path: Path) -> None:
             from hil.agent import lease
             held, _ = lease.take({str(tmp_path)!r}, "lab1", {{"worker": "doomed"}})
             print("held" if held else "busy", flush=True)
-            time.sleep(60)
+            time.sleep(300)
         """)], stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
         busy, record = lease.take(str(tmp_path), "lab1", {})
-        assert busy is None and record["worker"] == "doomed"
+        assert busy is None and record["worker"] == "doomed" and record["agent_pid"] == holder.pid
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         free, _ = lease.take(str(tmp_path), "lab1", {"worker": "next"})  # at once: nothing to clean up
@@ -80,136 +85,46 @@ def test_a_lease_ends_with_its_process(tmp_path: Path) -> None:
         holder.wait()
 
 
-def test_lock_file_names() -> None:
-    assert lease.lock_path("/tmp", "lab1") == "/tmp/pytest-san-lease-lab1.lock"
-    odd = lease.lock_path("/tmp", "../x y")
-    assert "/" not in odd.removeprefix("/tmp/") and odd != lease.lock_path("/tmp", "__x_y")
+def test_a_holder_that_does_not_answer_is_still_named_by_the_kernel(tmp_path: Path) -> None:
+    name = lease.lease_name(str(tmp_path), "lab1")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as squatter:
+        squatter.bind(b"\0" + name.encode())
+        squatter.listen(1)  # never accepts, never says who it is
+        busy, record = lease.take(str(tmp_path), "lab1", {})
+    assert busy is None and record["agent_pid"] == os.getpid() and record["uid"] == os.geteuid()
+    assert describe_holder(record).startswith("worker ? of run ? on ? (user ")
 
 
-# --- the agent's side: a lease file that is not what it should be ---------------------------------------
+def test_lease_names() -> None:
+    name = lease.lease_name("/tmp", "lab1")
+    assert name.startswith(lease.PREFIX) and name.endswith("/lab1") and len(name) < 108
+    assert lease.lease_name("/tmp/", "lab1") == name  # one directory, one scope
+    assert lease.lease_name("/srv/san", "lab1") != name and lease.lease_name("/tmp", "lab2") != name
+    odd = lease.lease_name("/tmp", "../x y" * 40)
+    assert len(odd) < 108 and " " not in odd and odd != lease.lease_name("/tmp", "__x_y" * 40)
 
 
-def _planted(directory: Path, host: str = "lab1") -> Path:
-    return Path(lease.lock_path(str(directory), host))
+def test_a_lease_that_cannot_be_taken_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class NoUnixSockets(socket.socket):
+        def bind(self, address: Any) -> None:
+            raise PermissionError(errno.EACCES, "Permission denied")
 
-
-def _refusal(record: dict[str, Any], path: Path, problem: str) -> str:
-    message = str(record.get("refused"))
-    assert message.startswith(f"lease file {path} ") and problem in message, record
-    assert record["path"] == str(path)
-    return message
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory another user can reach (tmp_path's parents are private to us)."""
-    directory = Path(tempfile.mkdtemp(prefix="san-lease-"))
-    directory.chmod(0o1777)
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-def _take_as_another_user(directory: Path) -> tuple[int, str, str]:
-    """lease.take in a child process, as uid 65534 when we are root (else as us); (status, stdout, stderr).
-
-    The agent's interpreter on a lab host is the system python3; as root ours may sit in a private home.
-    """
-    python = sys.executable
-    if os.geteuid() == 0:
-        python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or pytest.skip("no system python3")
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from hil.agent import lease; "
-            "held, record = lease.take(sys.argv[2], 'lab1', {}); print(json.dumps([held is not None, record]))")
-    user = 65534 if os.geteuid() == 0 else None
-    try:
-        done = subprocess.run([python, "-c", code, str(ROOT), str(directory)], capture_output=True,
-                              text=True, timeout=20, user=user, env={"PYTHONDONTWRITEBYTECODE": "1"})
-    except subprocess.TimeoutExpired:
-        pytest.fail("lease.take hung on the planted lease file")
-    return done.returncode, done.stdout, done.stderr
-
-
-def test_a_planted_fifo_is_refused_without_hanging(shared_dir: Path) -> None:
-    path = _planted(shared_dir)
-    os.mkfifo(path)
-    path.chmod(0o644 if os.geteuid() == 0 else 0o400)  # the agent cannot open it read-write
-    status, out, err = _take_as_another_user(shared_dir)
-    assert status == 0 and "Traceback" not in err, err
-    held, record = json.loads(out)
-    assert not held
-    _refusal(record, path, "is a FIFO, not a regular file; remove it")
-
-
-def test_a_fifo_is_refused_for_an_agent_that_may_write_it(tmp_path: Path) -> None:
-    path = _planted(tmp_path)
-    os.mkfifo(path, 0o666)
+    monkeypatch.setattr(lease.socket, "socket", NoUnixSockets)
     held, record = lease.take(str(tmp_path), "lab1", {})
     assert held is None
-    _refusal(record, path, "is a FIFO")
+    assert record["refused"] == (f"lease {lease.lease_name(str(tmp_path), 'lab1')!r} of host lab1 cannot be "
+                                 f"taken: Permission denied")
 
 
-def test_a_hard_link_to_another_file_is_refused_and_that_file_kept(tmp_path: Path) -> None:
-    victim = tmp_path / "precious"
-    victim.write_text("precious contents\n")
-    path = _planted(tmp_path)
-    os.link(victim, path)  # where fs.protected_hardlinks=0, anyone can do this to a file of root's
-    held, record = lease.take(str(tmp_path), "lab1", {"worker": "gw0"})
-    assert held is None
-    _refusal(record, path, "has 2 hard links")
-    assert victim.read_text() == "precious contents\n"
+def test_a_refused_lease_reaches_the_controller_naming_the_host() -> None:
+    def start(host: HostConfig) -> str:
+        raise HostBusy(host.name, {"refused": "lease 'x' of host h1 cannot be taken: Permission denied"}, "busy")
 
-
-def test_a_symlink_is_refused(tmp_path: Path) -> None:
-    victim = tmp_path / "precious"
-    victim.write_text("x")
-    path = _planted(tmp_path)
-    path.symlink_to(victim)
-    held, record = lease.take(str(tmp_path), "lab1", {})
-    assert held is None
-    _refusal(record, path, "is a symbolic link")
-    assert victim.read_text() == "x"
-
-
-def test_another_users_lease_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _planted(tmp_path)
-    path.write_text("their text\n")
-    if os.geteuid() == 0:
-        os.chown(path, 4242, 4242)  # a root agent could write it: it must not
-        owner = 4242
-    else:
-        owner = os.geteuid()
-        monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
-    held, record = lease.take(str(tmp_path), "lab1", {})
-    assert held is None
-    _refusal(record, path, f"is owned by uid {owner}, not by the agent's uid ")
-    assert path.read_text() == "their text\n"
-
-
-def test_an_unreadable_lease_file_is_a_clear_refusal(shared_dir: Path) -> None:
-    path = _planted(shared_dir)
-    path.write_text("")
-    path.chmod(0o600 if os.geteuid() == 0 else 0)  # root's own 0600 file; else ours without permissions
-    status, out, err = _take_as_another_user(shared_dir)
-    assert status == 0 and "Traceback" not in err, err
-    held, record = json.loads(out)
-    assert not held
-    _refusal(record, path, "cannot be opened: permission denied")
-
-
-def test_a_refused_lease_reaches_the_controller_naming_host_and_file(tmp_path: Path) -> None:
-    host = HostConfig(name="lab1", host="localhost", connection="local", engine="emulator",
-                      python_interpreter=sys.executable, extra={"san_remote_tmp": str(tmp_path)})
-    path = _planted(tmp_path)
-    os.mkfifo(path, 0o666)
-    began = time.monotonic()
+    leaser: Leaser[str] = Leaser(LeasePolicy(timeout=30, notify=lambda line: None), start, lambda a: None)
     with pytest.raises(LeaseRefused) as err:
-        HilBackend([host], leases=_policy("gw0", timeout=30))
-    assert time.monotonic() - began < 20  # at once: waiting would not help
-    message = str(err.value)
-    assert message.startswith("san: cannot lease host lab1 (localhost:22): ")
-    assert f"lease file {path} is a FIFO, not a regular file; remove it" in message
-    assert "Traceback" not in message
-    path.unlink()
-    HilBackend([host], leases=_policy("gw0")).close()  # fine once the FIFO is gone
+        leaser.acquire([_host("h1")])  # at once: waiting would not help
+    assert str(err.value) == ("san: cannot lease host h1 (127.0.0.1:22): lease 'x' of host h1 cannot be taken: "
+                              "Permission denied")
 
 
 # --- the controller's side -------------------------------------------------------------------------------
@@ -341,8 +256,10 @@ def test_a_round_longer_than_the_timeout_still_says_whom_it_waited_for() -> None
     assert len(lab.lines) == 1
 
 
-def test_describe_holder_without_a_record() -> None:
-    assert describe_holder({}) == "an unknown holder (the lease file has no record)"
+def test_describe_holder() -> None:
+    assert describe_holder({}) == "an unknown holder (it did not say who it is)"
+    holder = {"worker": "gw1", "run": "3f2a", "controller": "ci", "pid": 42, "user": "alice", "since": "T"}
+    assert describe_holder(holder) == "worker gw1 of run 3f2a on ci (pid 42, user alice) since T"
 
 
 # --- over a real sshd: two emulator hosts --------------------------------------------------------------
@@ -361,9 +278,15 @@ def holder(hosts: list[HostConfig]) -> Iterator[HilBackend]:
     backend.close()
 
 
+def _holder_of(remote_tmp: Path, host: str) -> dict[str, Any]:
+    record = lease.read_holder(lease.lease_name(str(remote_tmp), host))
+    assert record is not None, f"no one holds {host}"
+    return record
+
+
 def test_a_leased_host_is_refused_with_its_holder(hosts: list[HostConfig], holder: HilBackend,
                                                    remote_tmp: Path) -> None:
-    record = json.loads((remote_tmp / f"pytest-san-lease-{NAMES[0]}.lock").read_text())
+    record = _holder_of(remote_tmp, NAMES[0])
     assert record["worker"] == "holder" and record["host"] == NAMES[0] and record["pid"] == os.getpid()
     with pytest.raises(LeaseTimeout) as err:
         HilBackend(hosts[:1], leases=_policy("second"))
@@ -380,10 +303,8 @@ def test_a_killed_agent_frees_its_lease_at_once(hosts: list[HostConfig], holder:
     pid = holder.agents[0].client.channel.pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    assert wait_until(lambda: not is_running(pid), timeout=5)
-    began = time.monotonic()
-    thief = HilBackend(hosts[:1], leases=_policy("thief", timeout=10))
-    assert time.monotonic() - began < 5
+    assert wait_until(lambda: not is_running(pid), timeout=60)
+    thief = HilBackend(hosts[:1], leases=_policy("thief"))  # at once: a single try, no waiting
     try:
         # The holder's next test needs a fresh agent: it waits for the host, then names who has it.
         holder._leaser.policy = dataclasses.replace(holder._leaser.policy, timeout=1.5)
@@ -422,7 +343,7 @@ def test_hold(san_switch, san_backend, n):
     conn = san_switch.connect()
     me = os.environ.get("PYTEST_XDIST_WORKER", "main")
     (MARKS / f"{me}-{n}").write_text(",".join(a.host.name for a in san_backend.agents))
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 900
     while not (MARKS / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     conn.local.send(b"x")
@@ -458,6 +379,9 @@ def test_two_workers_run_the_suite_on_both_hosts(pytester: pytest.Pytester, host
     assert sorted(h for r in leases for h in r["hosts"]) == sorted(NAMES)  # both hosts, one each
     assert all(r["end"] and _t(r["start"]) <= _t(r["end"]) for r in leases)
     _no_overlap(leases)
+    # each worker's hosts' kernels and records reach the merged report (hil/plugin/kernel.py)
+    assert report["kernel"] == {name: os.uname().release for name in sorted(NAMES)}
+    assert sorted(report["kernel_resources"]) == sorted(NAMES)
 
 
 def test_more_workers_than_hosts_is_a_usage_error(pytester: pytest.Pytester, hosts: list[HostConfig]) -> None:
@@ -480,16 +404,16 @@ def test_a_second_run_waits_then_gets_the_hosts(tmp_path: Path, hosts: list[Host
     with (tmp_path / "first.log").open("wb") as log1, (tmp_path / "second.log").open("wb") as log2:
         first = start_pytest(["-n", "2", "--san-report=first.json", *common], tmp_path, log1)
         try:
-            assert wait_until(lambda: len(list(marks.glob("gw*"))) == 2, timeout=90), \
+            assert wait_until(lambda: len(list(marks.glob("gw*"))) == 2, timeout=SIGN), \
                 (tmp_path / "first.log").read_text()
             second = start_pytest(["--san-lease-timeout=120", "--san-report=second.json", *common], tmp_path, log2)
             try:
                 assert wait_until(lambda: b"san: waiting for host" in (tmp_path / "second.log").read_bytes(),
-                                  timeout=60), (tmp_path / "second.log").read_text()
+                                  timeout=SIGN), (tmp_path / "second.log").read_text()
                 assert second.poll() is None
                 (marks / "release").write_text("")
-                assert first.wait(90) == 0, (tmp_path / "first.log").read_text()
-                assert second.wait(90) == 0, (tmp_path / "second.log").read_text()
+                assert first.wait(SIGN) == 0, (tmp_path / "first.log").read_text()
+                assert second.wait(SIGN) == 0, (tmp_path / "second.log").read_text()
             finally:
                 second.kill()
         finally:
@@ -516,23 +440,20 @@ def test_killing_a_worker_frees_its_hosts_at_once(tmp_path: Path, hosts: list[Ho
     with (tmp_path / "run.log").open("wb") as log:
         run = start_pytest(["-n", "2", "--san-backend=hil", f"--san-inventory={inv}", "test_hold.py"], tmp_path, log)
         try:
-            assert wait_until(lambda: len(list(marks.glob("gw*"))) == 2, timeout=90), (tmp_path / "run.log").read_text()
-            record = json.loads((remote_tmp / f"pytest-san-lease-{NAMES[0]}.lock").read_text())
+            assert wait_until(lambda: len(list(marks.glob("gw*"))) == 2, timeout=SIGN), \
+                (tmp_path / "run.log").read_text()
+            record = _holder_of(remote_tmp, NAMES[0])
             assert record["worker"] in ("gw0", "gw1")
             os.kill(record["pid"], signal.SIGKILL)  # the worker holding the first host
-            killed = time.monotonic()
-            # Its SSH connection closed with it, its agent exited, the flock went with the agent.
-            backend = HilBackend(hosts[:1], leases=_policy("next", timeout=30))
-            took = time.monotonic() - killed
+            # Its SSH connection closed with it, so its agent's stdin: the agent exits, the lease goes with it.
+            assert wait_until(lambda: not is_running(record["agent_pid"]), timeout=60)
+            backend = HilBackend(hosts[:1], leases=_policy("next"))  # at once: a single try, no waiting
             backend.close()
             (marks / "release").write_text("")
-            assert run.wait(90) == 1  # the killed worker's test failed, the other passed
+            assert run.wait(SIGN) == 1  # the killed worker's test failed, the other passed
         finally:
             (marks / "release").write_text("")
             run.kill()
-    # Well under the 30 s the lease would be waited for: the time includes starting an agent over SSH,
-    # which took 5.7 s on a loaded CI machine (running the lab beside the tests).
-    assert took < 15, f"the lease of a killed worker took {took:.1f} s to free"
     output = (tmp_path / "run.log").read_text()
     assert f"worker '{record['worker']}' crashed" in output and "1 failed, 1 passed" in output, output[-3000:]
 
@@ -542,14 +463,13 @@ def test_lease_timeout_fails_naming_the_holder(pytester: pytest.Pytester, hosts:
     pytester.makepyfile(test_two="def test_a(san_switch):\n    pass\n\ndef test_b(san_switch):\n    pass\n")
     both = HilBackend(hosts, leases=_policy("blocker", timeout=10))
     try:
-        began = time.monotonic()
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil",
                                                f"--san-inventory={inv}", "--san-lease-timeout=2")
-        elapsed = time.monotonic() - began
     finally:
         both.close()
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines([f"*san: waiting for host {NAMES[0]}, leased by worker blocker of run *",
                                  f"*could not lease 1 of the hosts {NAMES[0]}, {NAMES[1]} within 2 s*"
                                  f"host {NAMES[0]} is leased by worker blocker of run*"])
-    assert elapsed < 30  # the second test failed at once instead of waiting again
+    # the second test failed at once, with the first one's error, instead of waiting again
+    assert result.stdout.str().count(f"san: waiting for host {NAMES[0]},") == 1, result.stdout.str()

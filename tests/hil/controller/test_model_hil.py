@@ -2,7 +2,7 @@
 
 The same model and checks as on the emulator (tests/pytest_san/test_model_emulator.py), through the whole
 remote path: SSH, the agent, the controller's stand-ins. Small budgets: a run is about one round trip per
-call and per check. Real verbs: tests run there by hand or in CI's lab stage (README, "The reference model").
+call and per check. Real verbs: tests run there by hand or in CI's lab stage (docs/model.md).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -107,7 +108,7 @@ def test_a_typo_in_lab_run_boots_nothing(tmp_path: Path) -> None:
      "--json?)"),
     (["prepare", "--inventory", "x.yaml", "--", "-v"], "prepare: error: takes no arguments after --: -v"),
     (["nightly", "--inventory", "x.yaml", "--out", "o", "--job", "2"],
-     "nightly: error: unrecognized arguments: --job 2 (did you mean --jobs?)"),
+     "nightly: error: unrecognized arguments: --job 2 (abbreviations are not accepted: did you mean --jobs?)"),
     (["nightly", "--inventory", "x.yaml", "--out", "o", "-x", "-k", "rdma"],
      "nightly: error: unrecognized arguments: -x -k rdma; pytest's arguments go after --: san-hil nightly [options] "
      "-- [pytest args]"),
@@ -117,6 +118,46 @@ def test_unknown_options_are_refused_with_a_suggestion(tmp_path: Path, argv: lis
     assert result.returncode == 2
     assert said in result.stderr
     assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                found += _parsers(command)
+    return found
+
+
+def test_no_parser_expands_abbreviations() -> None:
+    parsers = _parsers(build_parser())
+    assert len(parsers) >= 8  # san-hil, prepare, lab and its five commands, nightly
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    # `--kernel-c` once meant --kernel-cache: a new kernel cache in ./x, and a boot
+    (["lab", "up", "--kernel-c", "x"], "lab up: error: unrecognized arguments: --kernel-c x (abbreviations are not "
+                                       "accepted: did you mean --kernel-cache?)"),
+    (["lab", "run", "--prov", "siw"], "lab run: error: unrecognized arguments: --prov siw (abbreviations are not "
+                                      "accepted: did you mean --provider?)"),
+    (["lab", "down", "--state", "x"], "lab down: error: unrecognized arguments: --state x (abbreviations are not "
+                                      "accepted: did you mean --state-dir?)"),
+    (["--ver"], "san-hil: error: unrecognized arguments: --ver (abbreviations are not accepted: did you mean "
+                "--version or --verbose?)"),
+    (["prepare", "--inventory", "x.yaml", "--create"], "prepare: error: unrecognized arguments: --create "
+                                                       "(abbreviations are not accepted: did you mean --create-rxe?)"),
+    (["nightly", "--inventory", "x.yaml", "--out", "o", "--lim", "a"],
+     "nightly: error: unrecognized arguments: --lim a (abbreviations are not accepted: did you mean --limit?)"),
+    # a required option abbreviated is missing, by its full name
+    (["nightly", "--inv", "x.yaml", "--out", "o"], "nightly: error: the following arguments are required: "
+                                                   "--inventory"),
+])
+def test_an_abbreviation_is_refused_naming_the_full_option(tmp_path: Path, argv: list[str], said: str) -> None:
+    result = _san_hil(*argv, cwd=tmp_path)
+    assert result.returncode == 2
+    assert said in result.stderr, result.stderr
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []  # nothing booted, fetched or written
 
 
 def test_nightly_usage_puts_pytest_args_after_a_required_dashdash() -> None:

@@ -83,9 +83,18 @@ def test_plot_bandwidth_on_synthetic_data(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert (width, height) == (1100, 450)
+    assert (width, height) == (1000, 720)  # one axis per host set, stacked
     empty = tmp_path / "empty.png"
     assert plot_bandwidth({"x": {"harness": [], "ib_write_bw": []}}, empty) and empty.exists()
+
+
+def test_both_tools_at_the_same_sizes_and_their_ratio() -> None:
+    assert tuple(2 ** k for k in range(1, 24)) == bandwidth.HARNESS_SIZES  # what ib_write_bw -a measures
+    assert parse_ib_write_bw(IB_WRITE_BW)[0][0] in bandwidth.HARNESS_SIZES
+    harness, perftest = [(4096, 1.0), (65536, 3.0), (1 << 20, 2.0)], [(2, 0.5), (4096, 2.0), (65536, 2.0)]
+    assert bandwidth.ratios(harness, perftest) == [(4096, 0.5), (65536, 1.5)]
+    assert bandwidth.missing_sizes(harness, perftest) == {"harness": [2], "ib_write_bw": [1 << 20]}
+    assert [bandwidth.size_label(s) for s in (2, 4096, 1 << 20, 3 << 19)] == ["2 B", "4 KiB", "1 MiB", "1.5 MiB"]
 
 
 def test_plot_bandwidth_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,7 +124,7 @@ def test_summary_with_bandwidth() -> None:
     row = "| **node1+node2** | \u2713 passed | 80 \u2713 \u00b7 0 \u2717 \u00b7 19 \u2013 | \u2713 7 | \u2013 |"
     assert row in text  # R1 passed by 7 tests; P3 only skipped
     assert "![RDMA write bandwidth: harness and ib_write_bw](bandwidth.png)" in text
-    assert "| 4096 | 0.01 | 2.47 |" in text and "| 65536 | 0.2 | 8.1 |" in text
+    assert "| 4096 | 0.01 | 2.47 | 0.00405 |" in text and "| 65536 | 0.2 | 8.1 | 0.0247 |" in text  # with the ratio
     assert "| 2 |" not in text  # ib_write_bw's sizes below the harness's are left out of the table
 
 
@@ -150,7 +159,7 @@ def test_nightly_on_two_emulator_hosts(tmp_path: Path, hosts: list[HostConfig], 
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     status, out, said = _nightly(tmp_path, hosts, capsys, monkeypatch=monkeypatch)
     assert status == 0, said + "".join(p.read_text() for p in out.glob("hosts/*/pytest.log"))
-    assert sorted(p.name for p in out.iterdir()) == ["hosts", "junit.xml", "report.json", "summary.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["hosts", "index.html", "junit.xml", "report.json", "summary.md"]
 
     junit = ET.parse(out / "junit.xml").getroot()
     suites = junit.findall("testsuite")
@@ -166,7 +175,12 @@ def test_nightly_on_two_emulator_hosts(tmp_path: Path, hosts: list[HostConfig], 
         assert entry["hosts"] == [name] and entry["exit_status"] == 0 and entry["failures"] == []
         assert entry["rules"]["R1"]["status"] == "passed" and entry["rules"]["R1"]["passed"] > 0
         assert [lease["hosts"] for lease in entry["leases"]] == [[name]]
+        assert entry["html"] == str(out / "hosts" / name / "report.html")  # each run's pytest-html report
     assert report["bandwidth"] is None and "No verbs hosts" in report["bandwidth_note"]
+    for suite in suites:  # the runs' suite-level rules (xunit2, pytest's default family), kept in the merge
+        rules = {p.get("name"): p.get("value", "") for p in suite.iter("property")}
+        assert json.loads(rules["san_rules"])["test_access.py::test_handle_works_in_its_own_process"] == ["R1"]
+        assert rules["san_backend"] == "hil"
 
     summary = (out / "summary.md").read_text()
     lines = summary.splitlines()
@@ -178,6 +192,9 @@ def test_nightly_on_two_emulator_hosts(tmp_path: Path, hosts: list[HostConfig], 
     assert all("\u2717" not in cell for r in rows for cell in r.split("|")[4:])  # no rule failed
     assert "No verbs hosts in the inventory" in summary and "bandwidth.png not written" in summary
     assert "## Failures" not in summary
+    kernels = ", ".join(f"{n} `{os.uname().release}`" for n in NAMES)  # each host's kernel, as its agent saw it
+    assert f"Kernels: {kernels}; the kernel's RDMA resource tracking: not read (no verbs host)" in summary
+    assert all(entry["kernel"] == {name: os.uname().release} for name, entry in report["hosts"].items())
     assert "nightly: passed: wrote" in said
 
 
@@ -234,7 +251,7 @@ def test_nightly_measures_bandwidth_on_verbs_sets(tmp_path: Path, hosts: list[Ho
     report = json.loads((out / "report.json").read_text())
     for name in NAMES:
         entry = report["bandwidth"][name]
-        assert [p["bytes"] for p in entry["harness"]] == [4 ** k for k in range(6, 12)]
+        assert [p["bytes"] for p in entry["harness"]] == [2 ** k for k in range(1, 24)]  # ib_write_bw -a's sizes
         assert "harness_error" not in entry and "ib_write_bw_error" not in entry
         assert entry["ib_write_bw"] == [] and "apt-get install perftest" in entry["ib_write_bw_missing"]
     summary = (out / "summary.md").read_text()

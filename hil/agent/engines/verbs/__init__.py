@@ -5,8 +5,9 @@ Python 3.9 compatible. In the agent's main process: ``engine`` (what the agent d
 ``devices`` (device, port and GID selection), ``children`` (one child OS process per modelled
 process, and its client), ``proxy`` and ``physical`` (the pinned-memory proxy driver; ``host``
 re-exports these four). In each child: ``child`` (its request loop) and ``process`` (``VerbsProcess``,
-assembled from ``memory``, ``sockets``, ``registrations``, ``operations`` and ``completions`` over the
-shared tables of ``state``); ``enums`` and ``libc`` wrap pyverbs' constants and the C library.
+composed of ``context``, ``memory``, ``completions``, ``sockets`` with ``connections``, ``registrations``,
+``posting`` with ``bursts``, and ``releases``, which pass each other the records of ``records``);
+``enums`` and ``libc`` wrap pyverbs' constants and the C library.
 """
 
 from __future__ import annotations

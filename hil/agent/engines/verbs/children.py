@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import queue
 import signal
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from hil.agent.engines.verbs.devices import NoRdmaDevice
+from hil.rpc.codec import to_json
 from hil.rpc.errors import rebuild
 from hil.rpc.framing import decode, encode
 
@@ -32,8 +34,8 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 def carried(value: object) -> object:
     """``value`` as a request to a child can carry it: an object JSON cannot (an argument the controller could
     not send as itself reaches the engine as an ``Opaque``) goes as ``{"$x": repr}``, which the child refuses
-    as it would refuse the object (found by the SPI fuzz on siw: a memoryview descriptor escaped the call as
-    a TypeError of the agent's own)."""
+    as it would refuse the object (a memoryview descriptor, say, rather than the agent's own TypeError that
+    encoding it would raise)."""
     if value is None or isinstance(value, (bool, int, float, str, bytes, bytearray)):
         return value
     if isinstance(value, (list, tuple)):
@@ -41,6 +43,10 @@ def carried(value: object) -> object:
     if isinstance(value, dict):
         return {k: carried(v) for k, v in value.items()}
     return {"$x": repr(value)}
+
+def _key(method: str, params: Mapping[str, object]) -> str:
+    return json.dumps(to_json({"method": method, "params": carried(dict(params))}), sort_keys=True)
+
 
 class ChildGone(ConnectionError):
     """The child process exited (or was killed) while a reply was awaited."""
@@ -85,6 +91,10 @@ class ChildProcess:
         self._reader = threading.Thread(target=self._read_loop, name=f"san-child-{self._proc.pid}", daemon=True)
         self._reader.start()
         self._lock = threading.Lock()
+        # Read-only requests written ahead (``prefetch``): (method, params) -> request id; their replies as
+        # they arrive, until a request for the same (method, params) takes one.
+        self._ahead: dict[str, int] = {}
+        self._early: dict[int, dict[str, Any]] = {}
         self.pid = self._proc.pid  # the OS pid (the child reports the same in hello)
         self._start_timeout = start_timeout
         self.hello: dict[str, Any] = {}
@@ -150,25 +160,52 @@ class ChildProcess:
         return self.request(method, params, self.reply_timeout)
 
     def request(self, method: str, params: Mapping[str, object], reply_timeout: float | None) -> Any:
-        """One request; ``reply_timeout`` bounds the wait for the reply (None: forever)."""
+        """One request; ``reply_timeout`` bounds the wait for the reply (None: forever). A read-only request
+        written ahead (``prefetch``) with the same method and parameters is not written again: its reply is it."""
         with self._lock:
-            if not self.alive:
-                raise ChildGone(f"child {self._proc.pid} is gone (code {self._proc.returncode})")
-            rid = next(self._ids)
-            stdin = self._proc.stdin
-            assert stdin is not None
-            try:
-                stdin.write(encode({"id": rid, "method": method, "params": carried(params)}))
-                stdin.flush()
-            except (BrokenPipeError, OSError):
-                raise ChildGone(f"child {self._proc.pid} is gone: {self.stderr_tail()}") from None
-            while True:
-                reply = self._next_line(reply_timeout)
-                if reply.get("id") == rid:
-                    break
+            rid = self._ahead.pop(_key(method, params), None)
+            if rid is None:
+                rid = self._write(method, params)
+            reply = self._early.pop(rid, None)
+            while reply is None:
+                line = self._next_line(reply_timeout)
+                if line.get("id") == rid:
+                    reply = line
+                elif line.get("id") in self._ahead.values():
+                    self._early[line["id"]] = line  # a request written ahead: kept for its taker
         if "error" in reply:
             raise_error(reply["error"])
         return reply.get("result")
+
+    def _write(self, method: str, params: Mapping[str, object]) -> int:
+        if not self.alive:
+            raise ChildGone(f"child {self._proc.pid} is gone (code {self._proc.returncode})")
+        rid = next(self._ids)
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            stdin.write(encode({"id": rid, "method": method, "params": carried(params)}))
+            stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise ChildGone(f"child {self._proc.pid} is gone: {self.stderr_tail()}") from None
+        return rid
+
+    def prefetch(self, method: str, params: Mapping[str, object]) -> None:
+        """Write a read-only request now, its reply taken by the next ``request`` of the same method and
+        parameters: requests that arrive together reach the child together, and it answers them back to back.
+        Only for requests that change nothing, and only until ``forget_prefetched`` (before anything that does)."""
+        key = _key(method, params)
+        with self._lock:
+            if key not in self._ahead and self.alive:
+                with contextlib.suppress(ChildGone):
+                    self._ahead[key] = self._write(method, params)
+
+    def forget_prefetched(self) -> None:
+        """Requests written ahead that nobody took: their replies, when they come, are dropped (a later request
+        must see what the requests before it changed)."""
+        with self._lock:
+            self._ahead.clear()
+            self._early.clear()
 
     # Convenience wrappers (the names of the provider calls).
     def alloc(self, nbytes: int) -> tuple[int, int]:

@@ -3,16 +3,16 @@
 The controller relays an address and a port, never QP numbers or GIDs: CM resolves GIDs, paths and
 the QP attributes of every transport (RoCE, InfiniBand, iWARP, which connects only through CM).
 
-* ``socket_listen``: a new socket whose listening CMID is bound to this device's address and a
-  free port; the child accepts the first connect request for it **by itself** (``pump``, called from
-  the child's request loop whenever the socket's channel is readable, and from every wait here), so
-  the active end's ``socket_connect`` can wait for the connection while the passive child is idle:
-  no controller round trip sits between the two ends, and none can deadlock;
-* ``socket_connect``: a new socket connected to a listener (resolve address, route; connect);
-  returns once the connection is established;
+* ``listen``: a socket's listening CMID, bound to this device's address and a free port; the child
+  accepts the first connect request for it **by itself** (``on_event``, run by the sockets' pump, which
+  the child's request loop calls whenever a socket's channel is readable, and every wait), so the
+  active end's ``connect`` can wait for the connection while the passive child is idle: no controller
+  round trip sits between the two ends, and none can deadlock;
+* ``connect``: a socket connected to a listener (resolve address, route; connect); returns once the
+  connection is established;
 * each socket has its own event channel, so its events are its own (pyverbs' CMEvent names no
-  CMID): ESTABLISHED, and DISCONNECTED when the peer closed or its process died (the socket reports
-  the peer's close as ``socket_peer_closed``: pending operations complete CONNECTION_RESET).
+  CMID): ESTABLISHED, and DISCONNECTED when the peer closed or its process died (``on_event`` tells the
+  sockets, which report the peer's close: pending operations complete CONNECTION_RESET).
 
 The QP is the engine's own (a pyverbs QP, in the socket's PD): CM gives its attributes
 (``init_qp_attr``) and carries its number; on iWARP the kernel moves it to RTS itself.
@@ -25,18 +25,19 @@ import contextlib
 import errno
 import os
 import random
-import select
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pyverbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam  # type: ignore[import-not-found]
+from pyverbs.qp import QPAttr  # type: ignore[import-not-found]
 
 from hil.agent.engines.verbs import enums as e
-from hil.agent.engines.verbs.state import ProcessState, Socket
+from hil.agent.engines.verbs.context import DeviceContext
+from hil.agent.engines.verbs.records import Socket
 from pytest_san.contract import (
     SanError,
-    Status,
     WsaError,
 )
 
@@ -49,7 +50,6 @@ ACK_TIMEOUT = 16
 RETRY_COUNT = 6
 RNR_RETRY = 7
 MIN_RNR_TIMER = 12
-RD_ATOMIC = 4  # RDMA reads in flight each way, at most (the device may allow fewer)
 
 RESOLVE_MS = 5000  # address and route resolution, each (CM's own timeout: an ADDR/ROUTE_ERROR event)
 CONNECT_WAIT = 60.0  # seconds for the peer's answer (TCG guests are slow)
@@ -86,33 +86,48 @@ def new_channel() -> tuple[Any, int]:
     return channel, opened.pop()
 
 
-class ConnectionsMixin(ProcessState):
-    """Connections through the RDMA connection manager: listen, accept, connect, and CM events."""
+def qp_to_error(sock: Socket) -> None:
+    """Move the socket's QP to ERR (its pending work requests flush)."""
+    with contextlib.suppress(Exception):
+        sock.qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+
+
+class Connections:
+    """The connection manager's procedures on one socket: listen, accept, connect, and its events.
+
+    Owns nothing but what it is given: the device (its address, transport, limits) and ``pump``, the
+    sockets' wait for connection manager events (``Sockets._pump``), which a connect runs while it waits
+    for its own events."""
+
+    def __init__(self, device: DeviceContext, pid: int, pump: Callable[[float], int]) -> None:
+        self._device = device
+        self._pid = pid
+        self._pump = pump
 
     # -- the passive end -----------------------------------------------------------------------
 
-    def socket_listen(self) -> dict[str, Any]:
-        """A new socket listening on this device's address and a free port: {"socket", "address", "port"}.
-        Its first connect request is accepted by ``pump``; any further one is rejected."""
-        sock = self._new_socket()
+    def listen(self, sock: Socket) -> int:
+        """Bind the socket's listening CMID to this device's address and a free port: the port. Its first
+        connect request is accepted by ``on_event``; any further one is rejected."""
+        address = self._device.address
         try:
             sock.channel, sock.fd = new_channel()
             port = self._bind_listener(sock)
             sock.listener.listen(1)
-        except BaseException as exc:
-            self._discard(sock)
-            if isinstance(exc, SanError):
-                raise
-            raise SanError(WsaError.WSAENOBUFS, f"cannot listen on {self.address}: {exc}") from None
+        except SanError:
+            raise
+        except Exception as exc:
+            raise SanError(WsaError.WSAENOBUFS, f"cannot listen on {address}: {exc}") from None
         sock.state = "listening"
-        return {"socket": sock.id, "address": self.address, "port": port}
+        return port
 
     def _bind_listener(self, sock: Socket) -> int:
+        address = self._device.address
         for _ in range(64):
             port = random.randrange(*PORTS)
             listener = CMID(creator=sock.channel, port_space=e.RDMA_PS_TCP)
             try:
-                listener.bind_addr(AddrInfo(src=self.address, src_service=str(port), port_space=e.RDMA_PS_TCP,
+                listener.bind_addr(AddrInfo(src=address, src_service=str(port), port_space=e.RDMA_PS_TCP,
                                             flags=e.RAI_PASSIVE))
             except Exception as exc:
                 listener.close()
@@ -122,15 +137,15 @@ class ConnectionsMixin(ProcessState):
             sock.listener = listener
             self._check_device(listener)
             return port
-        raise SanError(WsaError.WSAENOBUFS, f"no free port on {self.address} in {PORTS[0]}..{PORTS[1]}")
+        raise SanError(WsaError.WSAENOBUFS, f"no free port on {address} in {PORTS[0]}..{PORTS[1]}")
 
     def _check_device(self, cmid: Any) -> None:
         """CM chose the device by address: it must be ours (another device on the same netdev wins
         otherwise: rxe and siw on one NIC)."""
-        name = cmid.dev_name
-        if name != self.device:
-            raise SanError(WsaError.WSAEINVAL, f"the connection manager bound {self.address} to {name}, not "
-                           f"{self.device}: give each RDMA device its own netdev")
+        name, device = cmid.dev_name, self._device
+        if name != device.device:
+            raise SanError(WsaError.WSAEINVAL, f"the connection manager bound {device.address} to {name}, not "
+                           f"{device.device}: give each RDMA device its own netdev")
 
     def _accept(self, sock: Socket, child: Any) -> None:
         """A connect request (``child``, its CMID) for a listening socket: the socket's QP takes CM's
@@ -138,7 +153,7 @@ class ConnectionsMixin(ProcessState):
         sock.cmid = child
         try:
             self._qp_to(sock, child, e.IBV_QPS_INIT)
-            if not self.iwarp:  # iWARP: the kernel moves the QP to RTS when the connection is up
+            if not self._device.iwarp:  # iWARP: the kernel moves the QP to RTS when the connection is up
                 self._qp_to(sock, child, e.IBV_QPS_RTR)
                 self._qp_to(sock, child, e.IBV_QPS_RTS)
             child.accept(self._conn_param(sock))
@@ -153,31 +168,15 @@ class ConnectionsMixin(ProcessState):
         with contextlib.suppress(Exception):
             listener.close()
 
-    def _await_established(self, sock: Socket, timeout: float = ESTABLISHED_WAIT) -> None:
-        """An accepted connection becomes connected on its ESTABLISHED (the active end sends it on)."""
-        if self._pumping:  # inside an event's handling: its own events come later
-            return
-        deadline = time.monotonic() + timeout
-        while sock.state == "accepted" and time.monotonic() < deadline:
-            self._pump(min(0.05, max(0.0, deadline - time.monotonic())))
-        if sock.state == "accepted":
-            sock.state = "error"
-            self._to_error(sock)
-
     # -- the active end ------------------------------------------------------------------------
 
-    def socket_connect(self, peer: dict[str, Any]) -> dict[str, Any]:
-        """A new socket connected to the listener at ``peer`` ({"address", "port"}): {"socket"}."""
-        try:
-            address, port = str(peer["address"]), int(peer["port"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SanError(WsaError.WSAEINVAL, f"bad peer {peer!r:.120}: {exc}") from None
-        sock = self._new_socket()
+    def connect(self, sock: Socket, address: str, port: int) -> None:
+        """Connect the socket to the listener at ``address``:``port``; returns once the connection is up."""
         sock.state = "connecting"
         try:
             sock.channel, sock.fd = new_channel()
             cmid = sock.cmid = CMID(creator=sock.channel, port_space=e.RDMA_PS_TCP)
-            cmid.resolve_addr(AddrInfo(src=self.address, dst=address, dst_service=str(port),
+            cmid.resolve_addr(AddrInfo(src=self._device.address, dst=address, dst_service=str(port),
                                        port_space=e.RDMA_PS_TCP), RESOLVE_MS)
             self._expect(sock, e.RDMA_CM_EVENT_ADDR_RESOLVED)
             self._check_device(cmid)
@@ -191,13 +190,11 @@ class ConnectionsMixin(ProcessState):
                 self._qp_to(sock, cmid, e.IBV_QPS_RTR)
                 self._qp_to(sock, cmid, e.IBV_QPS_RTS)
                 cmid.establish()
-        except BaseException as exc:
-            self._discard(sock)
-            if isinstance(exc, SanError):
-                raise
+        except SanError:
+            raise
+        except Exception as exc:
             raise SanError(WsaError.WSAEINVAL, f"cannot connect to {address}:{port}: {exc}") from None
         sock.state = "connected"
-        return {"socket": sock.id}
 
     def _expect(self, sock: Socket, *wanted: int) -> int:
         """The socket's next CM event, which must be one of ``wanted``; else WSAEINVAL naming it."""
@@ -216,61 +213,34 @@ class ConnectionsMixin(ProcessState):
     # -- both ends -----------------------------------------------------------------------------
 
     def _conn_param(self, sock: Socket) -> Any:
-        return ConnParam(resources=self.max_rd_atomic, depth=self.max_rd_atomic, retry=RETRY_COUNT,
-                         rnr_retry=RNR_RETRY, qp_num=int(sock.qp.qp_num))
+        reads = self._device.max_rd_atomic
+        return ConnParam(resources=reads, depth=reads, retry=RETRY_COUNT, rnr_retry=RNR_RETRY,
+                         qp_num=int(sock.qp.qp_num))
 
     def _qp_to(self, sock: Socket, cmid: Any, state: int) -> None:
         """Move the socket's QP to ``state`` with the attributes CM gives, and the engine's own access,
         timeouts and retries where the transition takes them."""
+        iwarp = self._device.iwarp
         attr, mask = cmid.init_qp_attr(state)
         if state == e.IBV_QPS_INIT or mask & e.IBV_QP_ACCESS_FLAGS:
             attr.qp_access_flags = ACCESS  # CM leaves remote access off on an active iWARP/IB QP in INIT
             mask |= e.IBV_QP_ACCESS_FLAGS
-        if state == e.IBV_QPS_RTR and not self.iwarp:
+        if state == e.IBV_QPS_RTR and not iwarp:
             attr.min_rnr_timer = MIN_RNR_TIMER
             mask |= e.IBV_QP_MIN_RNR_TIMER
-        if state == e.IBV_QPS_RTS and not self.iwarp:
+        if state == e.IBV_QPS_RTS and not iwarp:
             attr.timeout, attr.retry_cnt, attr.rnr_retry = ACK_TIMEOUT, RETRY_COUNT, RNR_RETRY
             mask |= e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
         sock.qp.modify(attr, mask)
 
-    def _discard(self, sock: Socket) -> None:
-        """A socket whose listen or connect failed: everything it held goes, it was never the caller's."""
-        self._close_socket_verbs(sock)
-        self._sockets.pop(sock.id, None)
-
     def _note(self, sock: Socket, text: str) -> None:
-        print(f"pid {self.pid} socket {sock.id}: {text}", file=sys.stderr, flush=True)
+        print(f"pid {self._pid} socket {sock.id}: {text}", file=sys.stderr, flush=True)
 
     # -- events --------------------------------------------------------------------------------
 
-    def cm_fds(self) -> list[int]:
-        """The event channels' descriptors: the child's request loop polls them with its stdin."""
-        return [s.fd for s in self._sockets.values() if s.fd >= 0]
-
-    def pump(self) -> int:
-        """Handle the CM events already waiting (never blocks): how many."""
-        return self._pump(0.0)
-
-    def _pump(self, timeout: float = 0.0) -> int:
-        """Handle one waiting event of each socket whose channel is readable within ``timeout`` seconds."""
-        if self._pumping:
-            return 0
-        by_fd = {s.fd: s for s in self._sockets.values() if s.fd >= 0 and s.channel is not None}
-        if not by_fd:
-            if timeout:
-                time.sleep(timeout)
-            return 0
-        ready, _, _ = select.select(list(by_fd), [], [], timeout)
-        self._pumping = True
-        try:
-            for fd in ready:
-                self._on_event(by_fd[fd])
-        finally:
-            self._pumping = False
-        return len(ready)
-
-    def _on_event(self, sock: Socket) -> None:
+    def on_event(self, sock: Socket) -> bool:
+        """Handle the event waiting on the socket's channel; True when it says the peer is gone (the
+        caller reports the peer's close)."""
         event = CMEvent(sock.channel)
         kind = int(event.event_type)
         request = None
@@ -288,19 +258,19 @@ class ConnectionsMixin(ProcessState):
                 with contextlib.suppress(Exception):
                     request.reject()
                 request.close()
-            return
+            return False
         if kind == e.RDMA_CM_EVENT_TIMEWAIT_EXIT:
-            return
+            return False
         if kind in (e.RDMA_CM_EVENT_DISCONNECTED, e.RDMA_CM_EVENT_DEVICE_REMOVAL) and sock.state != "connecting":
-            self.socket_peer_closed(sock.id, Status.CONNECTION_RESET.value)
-            return
+            return True
         if sock.state == "accepted":
             if kind == e.RDMA_CM_EVENT_ESTABLISHED:
                 sock.state = "connected"
             else:  # the active end gave up (CONNECT_ERROR, UNREACHABLE, REJECTED)
                 sock.state = "error"
-                self._to_error(sock)
+                qp_to_error(sock)
                 self._note(sock, f"accepted connection failed: {event_name(kind)}")
-            return
+            return False
         if sock.state == "connecting":
             sock.events.append(kind)
+        return False

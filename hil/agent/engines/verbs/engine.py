@@ -8,13 +8,16 @@ standard library + pyverbs (in the children).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hil.agent.engines.verbs.children import ChildProcess
 from hil.agent.engines.verbs.devices import device_address, select_device
 from hil.agent.engines.verbs.proxy import PinnedProxy, host_capabilities
+from hil.agent.engines.verbs.quirks import applied, driver_of
+from hil.agent.engines.verbs.witness import KernelWitness
+from pytest_san import checks
 from pytest_san.contract import (
-    MAX_SGE,
     SanError,
     Status,
     WsaError,
@@ -28,13 +31,16 @@ class VerbsBuffer:
 
     __slots__ = ("address", "length", "process")
 
-    def __init__(self, process: VerbsProcess, address: int, length: int) -> None:
+    def __init__(self, process: ModelledProcess, address: int, length: int) -> None:
         self.process = process
         self.address = address
         self.length = length
 
 
-class VerbsProcess:
+class ModelledProcess:
+    """A modelled process as the agent holds it: the child OS process that runs its provider side
+    (``process.VerbsProcess``), and the sockets it opened."""
+
     def __init__(self, engine: VerbsEngine, child: ChildProcess) -> None:
         self.engine = engine
         self.child = child
@@ -69,7 +75,9 @@ class VerbsProcess:
 
 
 class VerbsSocket:
-    def __init__(self, process: VerbsProcess, sid: int) -> None:
+    """A socket of a modelled process, named by its id in the child; ``peer``: the other end, when on this host."""
+
+    def __init__(self, process: ModelledProcess, sid: int) -> None:
         self.process = process
         self.sid = sid
         self.peer: VerbsSocket | None = None  # set when both ends live on this host
@@ -82,9 +90,9 @@ class VerbsSocket:
         return [state == "connected", state == "closed"]
 
 
-def _connectable(process: VerbsProcess) -> None:
-    """A killed process connects nowhere: WSAENOTCONN, as the emulator answers (the SPI fuzz on siw found
-    the child's ChildGone escaping a switch.connect from a process it had killed)."""
+def _connectable(process: ModelledProcess) -> None:
+    """A killed process connects nowhere: WSAENOTCONN, as the emulator answers (its child is gone: asking it
+    would raise the agent's own ChildGone)."""
     if not process.alive:
         raise SanError(WsaError.WSAENOTCONN, f"cannot connect: process {process.pid} is gone")
 
@@ -94,10 +102,17 @@ def _socket_state(sock: VerbsSocket) -> list[bool]:
 
 
 class VerbsOperation:
-    def __init__(self, process: VerbsProcess, op_id: int) -> None:
+    """A pending operation of a modelled process, named by its id in the child; its result once waited for."""
+
+    def __init__(self, process: ModelledProcess, op_id: int) -> None:
         self.process = process
         self.op_id = op_id
         self._result: dict[str, Any] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Not known to be complete (the child may know better)."""
+        return self._result is None and self.process.alive
 
     def done(self) -> bool:
         if self._result is None and self.process.alive:
@@ -113,26 +128,6 @@ class VerbsOperation:
         return self._result
 
 
-def _pairs(sock: VerbsSocket, buffers: list[Any]) -> list[list[int]]:
-    """[(buffer, handle)] as the child wants them: [address, length, handle]. Every entry is checked
-    before the child sees any, so a malformed list marks nothing in use."""
-    if not isinstance(buffers, (list, tuple)):
-        raise TypeError(f"local_buffers must be a list of (buffer, handle) pairs, got {buffers!r:.80}")
-    if len(buffers) > MAX_SGE:  # the count before any entry, as the emulator does (pytest_san.model, differential)
-        raise SanError(WsaError.WSAEINVAL, f"{len(buffers)} buffers, at most {MAX_SGE}")
-    for i, pair in enumerate(buffers):  # every entry's shape first: a malformed one is a TypeError, whatever else
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], VerbsBuffer):
-            raise TypeError(f"local_buffers[{i}] is not a (buffer, handle) pair: {pair!r:.80}")
-    out = []
-    for buffer, handle in buffers:
-        if buffer.process is not sock.process:
-            # Another process's address means nothing here; the child would read its own memory.
-            raise SanError(WsaError.WSAEFAULT,
-                           f"buffer of pid {buffer.process.pid} used on a socket of pid {sock.process.pid}")
-        out.append([buffer.address, buffer.length, handle])
-    return out
-
-
 class VerbsProvider:
     """The SAN provider: each call runs in the child owning the socket."""
 
@@ -143,45 +138,39 @@ class VerbsProvider:
     def supports_rdma_read(self) -> bool:
         return True
 
-    def _child(self, socket: Any) -> Any:
-        if not isinstance(socket, VerbsSocket) or socket.closed or not socket.process.alive:
-            raise SanError(WsaError.WSAENOTSOCK, f"{socket!r} is not an open socket of this host")
-        return socket.process.child
-
-    def _registration(self, socket: VerbsSocket, buffer: Any) -> None:
-        # A buffer whose fields the controller sent as they were (a duck-typed one, dispatch.RawBuffer) is judged
-        # as in-process: whose it is first (WSAEFAULT), its fields by the child (the SPI fuzz on siw found one of
-        # another host, address None, refused with a TypeError where the emulator answers WSAEFAULT).
-        if not all(hasattr(buffer, field) for field in ("address", "length", "process")):
-            raise TypeError(f"buffer must be a buffer of a process, got {buffer!r:.80}")
-        if buffer.process is not socket.process:
-            raise SanError(WsaError.WSAEFAULT, f"{buffer.length!r:.20} bytes at {buffer.address!r:.20} are not in the "
-                           f"address space of pid {socket.process.pid}")
+    def _socket(self, socket: Any) -> VerbsSocket:
+        found = socket if isinstance(socket, VerbsSocket) and not socket.closed and socket.process.alive else None
+        return checks.socket(found, socket, "this host")
 
     def register_memory(self, socket: Any, buffer: Any, access: int) -> int:
-        child = self._child(socket)
-        self._registration(socket, buffer)
-        handle: int = child.call("register_memory", socket=socket.sid, address=buffer.address,
-                                 length=buffer.length, access=access)
+        sock = self._socket(socket)
+        address, length = checks.registration_objects(buffer, sock.process)
+        handle: int = sock.process.child.call("register_memory", socket=sock.sid, address=address, length=length,
+                                              access=access)
         return handle
 
     def deregister_memory(self, socket: Any, handle: int) -> None:
-        self._child(socket).call("deregister_memory", socket=socket.sid, handle=handle)
+        sock = self._socket(socket)
+        sock.process.child.call("deregister_memory", socket=sock.sid, handle=handle)
 
     def register_rdma_memory(self, socket: Any, buffer: Any, access: int, descriptor_size: int | None = None) -> bytes:
-        child = self._child(socket)
-        self._registration(socket, buffer)
-        desc: bytes = child.call("register_rdma_memory", socket=socket.sid, address=buffer.address,
-                                 length=buffer.length, access=access, descriptor_size=descriptor_size)
+        sock = self._socket(socket)
+        address, length = checks.registration_objects(buffer, sock.process)
+        desc: bytes = sock.process.child.call("register_rdma_memory", socket=sock.sid, address=address, length=length,
+                                              access=access, descriptor_size=descriptor_size)
         return desc
 
     def deregister_rdma_memory(self, socket: Any, descriptor: bytes) -> None:
-        self._child(socket).call("deregister_rdma_memory", socket=socket.sid, descriptor=descriptor)
+        sock = self._socket(socket)
+        sock.process.child.call("deregister_rdma_memory", socket=sock.sid, descriptor=descriptor)
 
-    def _op(self, socket: Any, method: str, buffers: list[Any], **params: Any) -> VerbsOperation:
-        child = self._child(socket)  # checked before _pairs looks at the socket's process
-        op_id = child.call(method, socket=socket.sid, buffers=_pairs(socket, buffers), **params)
-        return VerbsOperation(socket.process, op_id)
+    def _op(self, socket: Any, method: str, buffers: Any, **params: Any) -> VerbsOperation:
+        """The objects stage of pytest_san.checks here, where the buffers are objects; the child, which owns the
+        socket and the device, runs the rest."""
+        sock = self._socket(socket)
+        entries = checks.transfer_objects(method, buffers, sock.process)
+        op_id = sock.process.child.call(method, socket=sock.sid, buffers=[list(e) for e in entries], **params)
+        return VerbsOperation(sock.process, op_id)
 
     def rdma_write(self, socket: Any, local_buffers: list[Any], target_descriptor: bytes,
                    offset: int = 0) -> VerbsOperation:
@@ -194,11 +183,13 @@ class VerbsProvider:
     def rdma_write_burst(self, socket: Any, local_buffers: list[Any], target_descriptor: bytes, offset: int = 0,
                          count: int = 1, depth: int = 16) -> VerbsOperation:
         # The child reposts each write as the previous completes: no round trip each.
+        checks.burst(count, depth)
         return self._op(socket, "rdma_write_burst", local_buffers,
                         descriptor=target_descriptor, offset=offset, count=count, depth=depth)
 
     def rdma_read_burst(self, socket: Any, local_buffers: list[Any], source_descriptor: bytes, offset: int = 0,
                         count: int = 1, depth: int = 16) -> VerbsOperation:
+        checks.burst(count, depth)
         return self._op(socket, "rdma_read_burst", local_buffers,
                         descriptor=source_descriptor, offset=offset, count=count, depth=depth)
 
@@ -209,12 +200,14 @@ class VerbsProvider:
         return self._op(socket, "recv", buffers)
 
     def close_socket(self, socket: Any) -> None:
-        self._child(socket).call("close_socket", socket=socket.sid)
-        socket.closed = True
-        self.engine.relay_closed(socket)
+        sock = self._socket(socket)
+        sock.process.child.call("close_socket", socket=sock.sid)
+        sock.closed = True
+        self.engine.relay_closed(sock)
 
     def getsockopt(self, socket: Any, option: int) -> int:
-        value: int = self._child(socket).call("getsockopt", socket=socket.sid, option=option)
+        sock = self._socket(socket)
+        value: int = sock.process.child.call("getsockopt", socket=sock.sid, option=option)
         return value
 
     def registrations(self, socket: Any) -> list[dict[str, Any]]:
@@ -246,19 +239,23 @@ class VerbsProxy:
 
 
 class VerbsNode:
+    """The host as a node: its default process and the processes spawned on it."""
+
     def __init__(self, engine: VerbsEngine, name: str) -> None:
         self.engine = engine
         self.name = name
 
     @property
-    def default_process(self) -> VerbsProcess:
+    def default_process(self) -> ModelledProcess:
         return self.engine.default_process
 
-    def spawn_process(self) -> VerbsProcess:
+    def spawn_process(self) -> ModelledProcess:
         return self.engine.spawn()
 
 
 class VerbsEngine:
+    """What the agent dispatches to on a verbs host: the node, its provider and proxy, its processes."""
+
     name = "verbs"
 
     def __init__(self, host: str, device: str | None = None, gid_index: int | None = None,
@@ -269,15 +266,18 @@ class VerbsEngine:
         self.host = host
         self.device, self.port = select_device(device, port=port)
         self.netdev, self.address = device_address(self.device, self.port, netdev)
-        self.processes: list[VerbsProcess] = []
+        self.processes: list[ModelledProcess] = []
         self._spare: ChildProcess | None = None  # started, not yet a process (never a leak: it holds nothing)
+        self.witness = KernelWitness(self.device)  # the kernel's record of what our processes hold
+        self._exited: list[int] = []  # pids of processes that ended: the kernel must hold nothing of theirs
+        self._leaked = False
         self.node = VerbsNode(self, host)
         self.provider = VerbsProvider(self)
         self.proxy = VerbsProxy(self, PinnedProxy(host))
         self.default_process = self.spawn(spare=False)  # a spare only once processes are spawned: a quick hello
         self.faults = None
 
-    def spawn(self, *, spare: bool = True) -> VerbsProcess:
+    def spawn(self, *, spare: bool = True) -> ModelledProcess:
         """A new process: the spare child started after the last spawn when it came up, else a fresh one;
         then (``spare``) the next spare starts (a pyverbs child takes seconds to start on a slow host, the
         spare starts while the test goes on)."""
@@ -290,7 +290,7 @@ class VerbsEngine:
                 ready.kill()
         if child is None:
             child = ChildProcess(self.device, self.port, self.address)
-        process = VerbsProcess(self, child)
+        process = ModelledProcess(self, child)
         self.processes.append(process)
         if spare:
             self._spare = ChildProcess(self.device, self.port, self.address, wait=False)
@@ -300,14 +300,19 @@ class VerbsEngine:
         return [s for p in self.processes if p.alive for s in p.sockets if not s.closed]
 
     def hello(self) -> dict[str, Any]:
-        caps = set(host_capabilities(self.proxy.pinned, self.default_process.child.hello)) | {"process_kill"}
+        # reference_order: its checks are pytest_san.checks', in their order (the agent's and the child's stages).
+        caps = set(host_capabilities(self.proxy.pinned, self.default_process.child.hello)) | {"process_kill",
+                                                                                            checks.REFERENCE_ORDER}
         return {"engine": self.name, "capabilities": sorted(caps),
                 "nodes": [{"name": self.host, "node": self.node, "provider": self.provider, "proxy": self.proxy}],
-                "device": self.device, "port": self.port, "address": self.address, "netdev": self.netdev}
+                "device": self.device, "port": self.port, "address": self.address, "netdev": self.netdev,
+                "kernel_witness": self.witness.describe(),
+                # the kernel workarounds its processes apply here (they decide alike: same kernel, same device)
+                "workarounds": [w.name for w in applied(driver_of(self.device))]}
 
     # -- connections -------------------------------------------------------------------------------
 
-    def socket_listen(self, process: VerbsProcess) -> list[Any]:
+    def socket_listen(self, process: ModelledProcess) -> list[Any]:
         """[a socket of ``process`` listening for its peer, {"address", "port"} for the peer's
         ``socket_connect``]: the child accepts the connect request by itself."""
         _connectable(process)
@@ -316,14 +321,14 @@ class VerbsEngine:
         process.sockets.append(sock)
         return [sock, where]
 
-    def socket_connect(self, process: VerbsProcess, where: dict[str, Any]) -> VerbsSocket:
+    def socket_connect(self, process: ModelledProcess, where: dict[str, Any]) -> VerbsSocket:
         """A socket of ``process`` connected to the listener at ``where``, once the connection is up."""
         _connectable(process)
         sock = VerbsSocket(process, process.child.socket_connect(where))
         process.sockets.append(sock)
         return sock
 
-    def connect_local(self, a: VerbsProcess, b: VerbsProcess) -> list[VerbsSocket]:
+    def connect_local(self, a: ModelledProcess, b: ModelledProcess) -> list[VerbsSocket]:
         sb, where = self.socket_listen(b)
         try:
             sa = self.socket_connect(a, where)
@@ -350,18 +355,61 @@ class VerbsEngine:
     # -- books ---------------------------------------------------------------------------------------
 
     def leaks(self) -> list[list[str]]:
+        """What the books say is still registered or allocated, then what the kernel says our processes
+        still hold beyond what they declare (read now), and what earlier readings found since the last
+        leak check: a leak as the kernel saw it."""
         found = [[self.host, "registration", text] for p in self.processes if p.alive
                  for text in p.child.call("leaks")]
-        return found + [[self.host, "allocation", text] for text in self.proxy.pinned.leaks()]
+        found += [[self.host, "allocation", text] for text in self.proxy.pinned.leaks()]
+        self.kernel_reading("with the leak check")
+        found += [[self.host, "kernel", f"{r['at']}: {text}"]
+                  for r in self.witness.unreported() for text in r["findings"]]
+        self._leaked = bool(found)
+        return found
+
+    # -- the kernel's record (witness.py) ----------------------------------------------------------
+
+    def _declared(self) -> list[dict[str, Any]]:
+        """What each of our processes says it holds (its sockets' registrations as its provider reports
+        them, the engine's own MRs, QPs, PDs, CM ids, its context and CQ); the agent and every process
+        that ended hold nothing. A spare child not yet handed out is left out (it may be opening its
+        device this moment)."""
+        out: list[dict[str, Any]] = [{"pid": os.getpid(), "role": "agent"}]
+        for process in self.processes:
+            role = "default" if process is self.default_process else "spawned"
+            if process.alive:
+                out.append({**process.child.call("kernel_declared"), "role": role})
+            else:
+                out.append({"pid": process.pid, "role": f"{role}, killed"})
+        live = {d["pid"] for d in out}  # a pid the guest gave out again is the live process's
+        out += [{"pid": pid, "role": "exited"} for pid in dict.fromkeys(self._exited) if pid not in live]
+        return out
+
+    def kernel_reading(self, at: str) -> None:
+        """Read the kernel's record now and keep the reading (the end-of-test batch collects it)."""
+        if self.witness.unavailable is None:
+            self.witness.read(at, self._declared())
+
+    def kernel_readings(self) -> list[dict[str, Any]]:
+        """The readings since the last call (the controller files them under the test that made them)."""
+        return self.witness.take()
+
+    def end_session(self) -> dict[str, Any]:
+        """Close every process, then read what the kernel still holds of any process this agent ran (every
+        one has ended: anything is left over). The engine serves nothing afterwards."""
+        self.close()
+        return self.witness.read("at the session's end", self._declared(), every=True)
 
     def reset(self) -> None:
         """Spawned processes end (the kernel drops whatever they held); the default one is kept, with
-        its sockets closed, unless it died or holds much memory: starting a pyverbs process is slow."""
+        its sockets closed, unless it died or holds much memory: starting a pyverbs process is slow.
+        After a test whose leak check found something, the kernel is read again once the reset is done."""
         default = self.default_process
         keep = default.alive and default.allocated < RECYCLE_BYTES
         for process in self.processes:
             if process is not default or not keep:
                 process.child.close()
+                self._exited.append(process.pid)
         self.proxy.pinned.reset()
         if keep:
             default.child.call("reset")
@@ -370,21 +418,57 @@ class VerbsEngine:
         else:
             self.processes = []
             self.default_process = self.spawn()
+        if self._leaked:
+            self._leaked = False
+            self.kernel_reading("after the reset")
+        del self._exited[:-64]  # judged at least once after they ended: a long session keeps the last ones
 
     def close(self) -> None:
         spare, self._spare = self._spare, None
         if spare is not None:
             spare.close()
+            self._exited.append(spare.pid)
         for process in self.processes:
             process.child.close()
+            self._exited.append(process.pid)
         self.processes = []
         self.proxy.pinned.reset()
 
     def pinned(self) -> list[Any]:
         return [self, self.node, self.provider, self.proxy]
 
+    def prefetch(self, kind: str, method: str, target: Any, args: list[Any]) -> bool:
+        """Write ahead the child requests of a read-only request (``hil.agent.dispatch``: requests that arrived
+        together); whether it is one. Each takes effect only if the request, made in its turn, asks the same."""
+        asks: list[tuple[ModelledProcess, str, dict[str, object]]] = []
+        if (kind, method) == ("socket", "state") and isinstance(target, VerbsSocket) and not target.closed:
+            asks.append((target.process, "socket_state", {"socket": target.sid}))
+        elif (kind, method) == ("provider", "registrations") and args and isinstance(args[0], VerbsSocket):
+            asks.append((args[0].process, "registrations", {"socket": args[0].sid}))
+        elif (kind, method) == ("proxy", "live_allocations"):
+            asks += [(s.process, "registrations", {"socket": s.sid}) for s in self.open_sockets()]
+        elif (kind, method) == ("process", "buffer_read") and isinstance(target, ModelledProcess) and len(args) == 4 \
+                and all(type(a) is int for a in args):
+            address, _, n, offset = args
+            asks.append((target, "read", {"address": address + offset, "length": n}))
+        elif kind == "operation" and isinstance(target, VerbsOperation) and target.pending:
+            if method == "done":
+                asks.append((target.process, "op_done", {"op_id": target.op_id}))
+            elif method == "wait" and args == [0]:
+                asks.append((target.process, "op_wait", {"op_id": target.op_id, "timeout": 0}))
+        else:
+            return False
+        for process, child_method, params in asks:
+            if process.alive:
+                process.child.prefetch(child_method, params)
+        return True
+
+    def forget_prefetched(self) -> None:
+        for process in self.processes:
+            process.child.forget_prefetched()
+
     @staticmethod
-    def resolve_buffer(process: VerbsProcess, address: int, length: int) -> VerbsBuffer:
+    def resolve_buffer(process: ModelledProcess, address: int, length: int) -> VerbsBuffer:
         return VerbsBuffer(process, address, length)
 
     @staticmethod
@@ -392,6 +476,6 @@ class VerbsEngine:
         return _KINDS.get(type(obj).__name__, type(obj).__name__)
 
 
-_KINDS = {"VerbsEngine": "engine", "VerbsNode": "node", "VerbsProcess": "process", "VerbsProvider": "provider",
+_KINDS = {"VerbsEngine": "engine", "VerbsNode": "node", "ModelledProcess": "process", "VerbsProvider": "provider",
           "VerbsProxy": "proxy", "VerbsSocket": "socket", "VerbsOperation": "operation",
           "HostAllocation": "allocation", "HostDmaAdapter": "adapter"}

@@ -28,118 +28,188 @@ buffers is WSAEINVAL, "too many buffers"), type-2 windows, RDMA reads in flight,
 Errors are ``pytest_san.contract.SanError`` with the contract's Winsock codes. Standard library + pyverbs,
 Python 3.9 compatible.
 
-Where each part lives: ``state.py`` (the records and tables), ``memory.py`` (buffers),
-``sockets.py`` (PD and QP: create, state, close), ``connections.py`` (the connection manager),
-``registrations.py`` (MRs, windows), ``operations.py`` (posting RDMA, send, receive, bursts),
-``completions.py`` (the CQ, waits, the engine's own work requests); this module assembles them into
-``VerbsProcess``.
+Its parts, each an object that owns its state and is handed what it needs: ``DeviceContext``
+(context.py: the Context, the CQ, the device's limits), ``Buffers`` and ``NullPage`` (memory.py),
+``Completions`` (completions.py: the operations, the CQ's poll, waits, the engine's own work requests),
+``Sockets`` (sockets.py, with connections.py: PDs, QPs, the connection manager), ``Registrations``
+(registrations.py: MRs, windows), ``Posting`` (posting.py: RDMA, send, receive; bursts.py) and
+``Releases`` (releases.py: what the device would not release yet); the records they pass each other are
+in records.py. ``VerbsProcess`` builds them and answers the child's requests (hil.rpc.methods.CHILD),
+each by one part, or, where a request spans parts (free, close_socket, reset, leaks), in the order it
+takes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
-from pyverbs.cq import CQ  # type: ignore[import-not-found]
-from pyverbs.device import Context  # type: ignore[import-not-found]
-
-from hil.agent.engines.verbs import enums as e
-from hil.agent.engines.verbs.completions import CompletionsMixin
-from hil.agent.engines.verbs.connections import RD_ATOMIC, ConnectionsMixin
-from hil.agent.engines.verbs.devices import SYSFS, device_address
-from hil.agent.engines.verbs.libc import libc
-from hil.agent.engines.verbs.memory import MemoryMixin
-from hil.agent.engines.verbs.operations import OperationsMixin
-from hil.agent.engines.verbs.registrations import RegistrationsMixin
-from hil.agent.engines.verbs.sockets import SocketsMixin
-from hil.agent.engines.verbs.state import CQ_PER_SOCKET, INTERNAL, Mapping, Operation, Socket
+from hil.agent.engines.verbs.completions import Completions
+from hil.agent.engines.verbs.context import DeviceContext
+from hil.agent.engines.verbs.memory import Buffers, NullPage
+from hil.agent.engines.verbs.posting import Posting
+from hil.agent.engines.verbs.registrations import Registrations
+from hil.agent.engines.verbs.releases import Releases
+from hil.agent.engines.verbs.sockets import Sockets
 from pytest_san.contract import (
-    MAX_SGE,
+    PAGE_SIZE,
     SanError,
+    Status,
     WsaError,
 )
 
 
-class VerbsProcess(MemoryMixin, SocketsMixin, ConnectionsMixin, RegistrationsMixin, OperationsMixin,
-                   CompletionsMixin):
+class VerbsProcess:
     """The provider side of one process: buffers, sockets, registrations and operations on real verbs.
 
-    ``mw_mode`` is ``"mw2"`` (type-2 memory windows bound to the socket's QP, the contract's mechanism)
-    or ``"mr"`` (an MR with remote rights, for a device without type-2 windows: "memory_windows" is not
-    claimed). Both keep R2 through the socket's own PD. ``"auto"`` picks mw2 when the device advertises
-    type-2 windows. ``address`` is the IP address CM binds to (default: the device's netdev's).
-    """
+    ``mw_mode``, ``address`` and ``cq_size``: see ``DeviceContext``."""
 
     def __init__(self, device: str, port: int = 1, address: str | None = None, mw_mode: str = "auto",
                  cq_size: int = 4096) -> None:
-        self.device = device
-        self.port = port
-        self.address = address or device_address(device, port)[1]
-        self.iwarp = _node_type(device).startswith("4")  # "4: RNIC"
-        self.ctx = Context(name=device)
-        try:
-            attr = self.ctx.query_device()
-            self.max_sge = min(MAX_SGE, int(attr.max_sge))
-            self.max_sge_rd = max(1, min(self.max_sge, int(attr.max_sge_rd) or self.max_sge))
-            self.max_rd_atomic = max(1, min(RD_ATOMIC, int(attr.max_qp_rd_atom), int(attr.max_qp_init_rd_atom)))
-            self.atomic_cap = int(attr.atomic_caps)
-            self.max_mr_size = int(attr.max_mr_size)
-            cap_flags = int(attr.device_cap_flags)
-            has_mw2 = bool(cap_flags & (e.IBV_DEVICE_MEM_WINDOW_TYPE_2A | e.IBV_DEVICE_MEM_WINDOW_TYPE_2B)) \
-                and int(attr.max_mw) > 0
-            if mw_mode == "auto":
-                mw_mode = "mw2" if has_mw2 else "mr"
-            if mw_mode not in ("mw2", "mr"):
-                raise ValueError(f"mw_mode must be auto, mw2 or mr, got {mw_mode!r}")
-            self.mw_mode = mw_mode
-            self.device_has_mw2 = has_mw2
-            port_attr = self.ctx.query_port(port)
-            if int(port_attr.state) != e.IBV_PORT_ACTIVE:
-                raise SanError(WsaError.WSAENETDOWN, f"port {port} of {device} is not ACTIVE "
-                               f"(state {int(port_attr.state)})")
-            self.mtu = int(port_attr.active_mtu)
-            self.max_msg_sz = int(port_attr.max_msg_sz)
-            self.cq_size = min(int(attr.max_cqe), cq_size)
-            self.cq = CQ(self.ctx, self.cq_size)
-        except BaseException:
-            self.ctx.close()
-            raise
-        self.max_sockets = max(1, self.cq_size // CQ_PER_SOCKET)
         self.pid = os.getpid()
-        self._bases: list[int] = []  # sorted buffer addresses
-        self._maps: dict[int, Mapping] = {}
-        self._sockets: dict[int, Socket] = {}
-        self._closed_sockets: set[int] = set()
-        self._next_socket = 1
-        self._ops: dict[int, Operation] = {}
-        self._next_op = 1
-        self._internal: dict[int, int] = {}  # internal wr_id -> wc status, once completed
-        self._next_internal = INTERNAL | 1
-        self._zombies: list[Any] = []  # MRs/MWs whose release the device refused for now
-        self._null_buf = 0
-        self._pumping = False
+        self.device = DeviceContext(device, port, address, mw_mode, cq_size)
+        self.buffers = Buffers(self.pid)
+        self.null_page = NullPage(self.buffers)
+        self.releases = Releases()
+        # Every poll first handles the connection manager's events, which the sockets own.
+        self.completions = Completions(self.device, self.pid, lambda: self.sockets.pump())
+        self.sockets = Sockets(self.device, self.pid, self.completions, self.null_page, self.releases)
+        self.registration = Registrations(self.device, self.pid, self.buffers, self.sockets, self.completions,
+                                          self.releases)
+        self.posting = Posting(self.device, self.sockets, self.completions, self.null_page)
         self.closed = False
 
-    # -- introspection --------------------------------------------------------------------------
-
     def hello(self) -> dict[str, Any]:
-        return {"pid": self.pid, "device": self.device, "port": self.port, "address": self.address,
-                "transport": "iwarp" if self.iwarp else "ib", "mtu": self.mtu, "mw_mode": self.mw_mode,
-                "device_has_mw2": self.device_has_mw2, "max_sge": self.max_sge, "max_sge_rd": self.max_sge_rd,
-                "max_rd_atomic": self.max_rd_atomic, "atomic_cap": self.atomic_cap,
-                "max_sockets": self.max_sockets, "enums": e.SOURCE}
+        return {"pid": self.pid, **self.device.hello(), "max_sockets": self.device.max_sockets}
 
-    # -- teardown -------------------------------------------------------------------------------
+    # -- memory ---------------------------------------------------------------------------------
+
+    def alloc(self, nbytes: int) -> dict[str, int]:
+        return self.buffers.alloc(nbytes)
+
+    def free(self, address: int) -> None:
+        self.buffers.free(address, (reg for _, reg in self.registration.all()))
+
+    def read(self, address: int, length: int) -> bytes:
+        return self.buffers.read(address, length)
+
+    def write(self, address: int, data: bytes) -> None:
+        self.buffers.write(address, data)
+
+    # -- sockets --------------------------------------------------------------------------------
+
+    def socket_listen(self) -> dict[str, Any]:
+        self._check_open()
+        return self.sockets.listen()
+
+    def socket_connect(self, peer: dict[str, Any]) -> dict[str, Any]:
+        self._check_open()
+        return self.sockets.connect(peer)
+
+    def socket_state(self, socket: int) -> str:
+        return self.sockets.state(socket)
+
+    def socket_peer_closed(self, socket: int, status: int = Status.CONNECTION_RESET.value) -> None:
+        self.sockets.peer_closed(socket, status)
+
+    def getsockopt(self, socket: int, option: int) -> int:
+        return self.sockets.getsockopt(socket, option)
+
+    @staticmethod
+    def supports_rdma_read() -> bool:
+        return True
+
+    def close_socket(self, socket: int) -> None:
+        """Pending operations complete ABORTED; every registration is released; the QP, CM ids and PD
+        are destroyed (R11). The peer learns it from CM (DISCONNECTED), or from the controller."""
+        sock = self.sockets.get(socket)
+        self.sockets.shut(sock)
+        self.registration.release_all(sock)
+        self.sockets.remove(sock)
+
+    def cm_fds(self) -> list[int]:
+        return self.sockets.cm_fds()
+
+    def pump(self) -> int:
+        return self.sockets.pump()
+
+    # -- registrations --------------------------------------------------------------------------
+
+    def register_memory(self, socket: int, address: int, length: int, access: int) -> int:
+        return self.registration.register_memory(socket, address, length, access)
+
+    def deregister_memory(self, socket: int, handle: int) -> None:
+        self.registration.deregister_memory(socket, handle)
+
+    def register_rdma_memory(self, socket: int, address: int, length: int, access: int,
+                             descriptor_size: int | None = None) -> bytes:
+        return self.registration.register_rdma_memory(socket, address, length, access, descriptor_size)
+
+    def deregister_rdma_memory(self, socket: int, descriptor: bytes) -> None:
+        self.registration.deregister_rdma_memory(socket, descriptor)
+
+    def registrations(self, socket: int) -> list[dict[str, Any]]:
+        return self.registration.registrations(socket)
+
+    # -- operations -----------------------------------------------------------------------------
+
+    def rdma_write(self, socket: int, buffers: Any, descriptor: bytes, offset: int = 0) -> int:
+        return self.posting.rdma_write(socket, buffers, descriptor, offset)
+
+    def rdma_read(self, socket: int, buffers: Any, descriptor: bytes, offset: int = 0) -> int:
+        return self.posting.rdma_read(socket, buffers, descriptor, offset)
+
+    def rdma_write_burst(self, socket: int, buffers: Any, descriptor: bytes, offset: int = 0, count: int = 1,
+                         depth: int = 16) -> int:
+        return self.posting.rdma_write_burst(socket, buffers, descriptor, offset, count, depth)
+
+    def rdma_read_burst(self, socket: int, buffers: Any, descriptor: bytes, offset: int = 0, count: int = 1,
+                        depth: int = 16) -> int:
+        return self.posting.rdma_read_burst(socket, buffers, descriptor, offset, count, depth)
+
+    def send(self, socket: int, buffers: Any) -> int:
+        return self.posting.send(socket, buffers)
+
+    def recv(self, socket: int, buffers: Any) -> int:
+        return self.posting.recv(socket, buffers)
+
+    def op_done(self, op_id: int) -> bool:
+        return self.completions.op_done(op_id)
+
+    def op_wait(self, op_id: int, timeout: float | None = 10.0) -> dict[str, Any]:
+        return self.completions.op_wait(op_id, timeout)
+
+    # -- books and teardown ---------------------------------------------------------------------
+
+    def kernel_declared(self) -> dict[str, Any]:
+        """What this process holds in the kernel, as its books say (the kernel witness compares it with the
+        kernel's own record, witness.py): per open socket its registrations as ``registrations`` reports them,
+        the engine's own MRs (the null page's, NullPage), its QP, PD and CM ids; its context and CQ; and what
+        librdmacm holds for it: a context once a CM id bound to the device (kept), a PD while any CM id is
+        bound there (rdma-core's ucma_get_device / ucma_put_device)."""
+        sockets = []
+        for sock in self.sockets.open():
+            page = self.null_page.mrs.get(sock.id)
+            mrs = [] if page is None else [{"what": "null page", "lkey": int(page.lkey), "length": PAGE_SIZE}]
+            sockets.append({"id": sock.id, "registrations": self.registrations(sock.id), "mrs": mrs,
+                            "qp": int(sock.qp is not None), "pd": int(sock.pd is not None),
+                            "cm_id": sum(cm is not None for cm in (sock.cmid, sock.listener))})
+        cm_used = self.sockets.made > 0  # every socket connects through the CM
+        cm_ids = any(s["cm_id"] for s in sockets)
+        return {"pid": self.pid, "ctx": 1 + int(cm_used), "cq": 1, "pd": int(cm_ids), "sockets": sockets}
+
+    def leaks(self) -> list[str]:
+        """Registrations still alive on open sockets, and verbs objects the device would not release."""
+        return self.registration.leaks() + self.releases.leaks(self.pid)
 
     def reset(self) -> None:
         """Close every socket (releasing its registrations); buffers stay. The host forgets every socket
         and operation at a reset, so their records go too (this process may serve a whole session)."""
-        for sid in list(self._sockets):
-            self.close_socket(sid)
-        self._ops.clear()
-        self._closed_sockets.clear()
-        self._retry_zombies()
+        for sock in self.sockets.open():
+            self.close_socket(sock.id)
+        self.completions.clear()
+        self.sockets.forget_closed()
+        self.releases.retry()
 
     def _check_open(self) -> None:
         if self.closed:
@@ -150,24 +220,10 @@ class VerbsProcess(MemoryMixin, SocketsMixin, ConnectionsMixin, RegistrationsMix
         if self.closed:
             return
         self.reset()
-        self._retry_zombies()
-        for address in list(self._maps):
-            mapping = self._maps.pop(address)
-            libc.munmap(address, mapping.size)
-        self._bases = []
-        for obj in (self.cq, self.ctx):
-            with contextlib.suppress(Exception):
-                obj.close()
+        self.releases.retry()
+        self.buffers.close()
+        self.device.close()
         self.closed = True
-
-
-def _node_type(device: str) -> str:
-    """The device's node type as sysfs says it ("1: CA" for IB/RoCE, "4: RNIC" for iWARP)."""
-    try:
-        with open(os.path.join(SYSFS, device, "node_type")) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 __all__ = ["SanError", "VerbsProcess", "WsaError"]

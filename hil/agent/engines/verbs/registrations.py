@@ -8,24 +8,30 @@
   through that socket's QP only (the NIC checks the PD: R2 in either mode);
 * the same range registered again is the same registration, reference counted (R13);
 * deregistration: IBV_WR_LOCAL_INV on the window rkey, dealloc the MW, dereg the MR; verbs objects
-  the device will not release yet are kept and retried (and reported by ``leaks``).
+  the device will not release yet are kept and retried (``releases.py``);
+* where ``rxe-local-op-replayed`` applies (quirks.py), no bind or invalidate is posted behind an outstanding
+  request: such a window is an MR with the remote rights, and its release is the dealloc alone.
 
 Standard library + pyverbs, Python 3.9 compatible.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterator
 from typing import Any
 
 from pyverbs.mr import MR, MW, MWBindInfo  # type: ignore[import-not-found]
 from pyverbs.wr import SendWR  # type: ignore[import-not-found]
 
 from hil.agent.engines.verbs import enums as e
-from hil.agent.engines.verbs.state import ProcessState, Registration, Socket, pack_descriptor, unpack_descriptor
+from hil.agent.engines.verbs.completions import Completions
+from hil.agent.engines.verbs.context import DeviceContext
+from hil.agent.engines.verbs.memory import Buffers
+from hil.agent.engines.verbs.records import Registration, Socket, pack_descriptor, unpack_descriptor
+from hil.agent.engines.verbs.releases import Releases
+from hil.agent.engines.verbs.sockets import Sockets
+from pytest_san import checks
 from pytest_san.contract import (
-    DESCRIPTOR_SIZE,
-    VALID_ACCESS,
     Access,
     SanError,
     Status,
@@ -34,25 +40,37 @@ from pytest_san.contract import (
 )
 
 
-class RegistrationsMixin(ProcessState):
-    """Registrations: memory handles and RDMA windows, their reference counts, release and leaks."""
+class Registrations:
+    """Owns nothing of its own: the registrations live in their socket's tables (``Socket.handles``,
+    ``Socket.windows``, ``Socket.by_range``); this part makes, counts and releases them.
 
-    def _check_register(self, sock: Socket, address: int, length: int, access: int) -> None:
-        if not is_int(access) or access not in VALID_ACCESS:
-            raise SanError(WsaError.WSAEINVAL, f"access flags {access!r} are not READ, WRITE or READWRITE")
-        if not is_int(address) or not is_int(length) or length < 0:
-            raise SanError(WsaError.WSAEINVAL, f"a buffer's address and length are integers, the length not negative: "
-                           f"got {address!r}, {length!r}")
-        self._refresh(sock)
-        if sock.state != "connected":
-            raise SanError(WsaError.WSAENOTCONN, f"socket {sock.id} is {sock.state}, not connected")
-        if self._mapping_of(address, length) is None:
-            raise SanError(WsaError.WSAEFAULT, f"{length!r} bytes at {address!r} are not wholly inside "
-                           f"the address space of pid {self.pid}")
+    Gets the device (its window mode, its transport), the buffers (a range must be mapped), the sockets,
+    the completions (a window is bound and invalidated by the engine's own work requests) and the
+    releases."""
+
+    def __init__(self, device: DeviceContext, pid: int, buffers: Buffers, sockets: Sockets,
+                 completions: Completions, releases: Releases) -> None:
+        self._device = device
+        self._pid = pid
+        self._buffers = buffers
+        self._sockets = sockets
+        self._completions = completions
+        self._releases = releases
+
+    def _checked(self, socket: int, address: object, length: object, access: object, *, rdma: bool,
+                 descriptor_size: object = None) -> tuple[Socket, int, int, int]:
+        """The socket, range and access once pytest_san.checks' values and state stages passed (the agent ran
+        the objects stage: whose buffer it is)."""
+        sock = self._sockets.get(socket)
+        self._sockets.refresh(sock)
+        address, length, flags, _, _ = checks.registration_values(
+            "rdma" if rdma else "memory", address, length, access, descriptor_size,
+            not_connected=None if sock.state == "connected" else f"socket {sock.id} is {sock.state}, not connected",
+            resolve=self._buffers.holding)
+        return sock, address, length, int(flags)
 
     def register_memory(self, socket: int, address: int, length: int, access: int) -> int:
-        sock = self._socket(socket)
-        self._check_register(sock, address, length, access)
+        sock, address, length, access = self._checked(socket, address, length, access, rdma=False)
         key = ("memory", address, length, access)
         reg = sock.by_range.get(key)
         if reg is not None:
@@ -69,35 +87,33 @@ class RegistrationsMixin(ProcessState):
         return reg.key
 
     def deregister_memory(self, socket: int, handle: int) -> None:
-        sock = self._socket(socket)
-        reg = sock.handles.get(handle) if is_int(handle) else None
-        if reg is None:
-            raise SanError(WsaError.WSAEINVAL, f"handle {handle!r} is not registered on socket {sock.id}")
-        self._release(sock, reg)
+        sock = self._sockets.get(socket)
+        reg = checks.deregistration(sock.handles.get(handle) if is_int(handle) else None, handle)
+        self.release(sock, reg)
 
     def register_rdma_memory(self, socket: int, address: int, length: int, access: int,
                              descriptor_size: int | None = None) -> bytes:
-        sock = self._socket(socket)
-        if descriptor_size is not None and not is_int(descriptor_size):
-            raise SanError(WsaError.WSAEINVAL, f"descriptor_size is an integer or None, got {descriptor_size!r}")
-        if descriptor_size is not None and descriptor_size < DESCRIPTOR_SIZE:
-            raise SanError(WsaError.WSAEFAULT, f"a descriptor needs {DESCRIPTOR_SIZE} bytes, {descriptor_size} offered",
-                           required_size=DESCRIPTOR_SIZE)
-        self._check_register(sock, address, length, access)
+        sock, address, length, access = self._checked(socket, address, length, access, rdma=True,
+                                                      descriptor_size=descriptor_size)
         key = ("rdma", address, length, access)
         reg = sock.by_range.get(key)
         if reg is not None:
             reg.refs += 1
-            return pack_descriptor(reg, self.iwarp)
+            return pack_descriptor(reg, self._device.iwarp)
         remote = (e.IBV_ACCESS_REMOTE_READ if access & Access.READ else 0) | \
                  (e.IBV_ACCESS_REMOTE_WRITE if access & Access.WRITE else 0)
-        if self.mw_mode == "mr":
+        if self._device.mw_mode == "mr" or self._no_local_op(sock):
             reg = self._register_rdma_mr(sock, address, length, access, remote)
         else:
             reg = self._register_rdma_window(sock, address, length, access, remote)
         sock.windows[reg.key] = reg
         sock.by_range[key] = reg
-        return pack_descriptor(reg, self.iwarp)
+        return pack_descriptor(reg, self._device.iwarp)
+
+    def _no_local_op(self, sock: Socket) -> bool:
+        """True where a bind or invalidate posted now would sit behind an outstanding request that rxe may
+        replay it with (``rxe-local-op-replayed``)."""
+        return self._device.no_local_ops_behind and bool(sock.send_ops)
 
     def _register_rdma_mr(self, sock: Socket, address: int, length: int, access: int, remote: int) -> Registration:
         """Without type-2 windows: the MR itself carries the remote rights; being in the socket's PD, it is
@@ -117,41 +133,33 @@ class RegistrationsMixin(ProcessState):
         try:
             mw = MW(sock.pd, e.IBV_MW_TYPE_2)
         except Exception as exc:
-            self._close_verbs(mr)
+            self._releases.close(mr)
             raise SanError(WsaError.WSAENOBUFS, f"ibv_alloc_mw(TYPE_2) failed: {exc}") from None
-        wr = SendWR(wr_id=self._internal_id(), opcode=e.IBV_WR_BIND_MW, num_sge=0, send_flags=e.IBV_SEND_SIGNALED)
+        wr = SendWR(wr_id=self._completions.internal_id(), opcode=e.IBV_WR_BIND_MW, num_sge=0,
+                    send_flags=e.IBV_SEND_SIGNALED)
         # set_bind_wr puts inc_rkey(mw.rkey) into bind_mw.rkey: that new key (wr.rkey) is the window's
         # rkey once bound; pyverbs' MW.rkey keeps showing the key from ibv_alloc_mw.
         wr.set_bind_wr(mw, MWBindInfo(mr, address, length, remote))
         rkey = int(wr.rkey)
-        status = self._run_internal(sock, wr)
+        status = self._completions.run_internal(sock, wr)
         if status is not None and status != Status.SUCCESS.value:
-            self._close_verbs(mw)
-            self._close_verbs(mr)
-            self._refresh(sock)
+            self._releases.close(mw)
+            self._releases.close(mr)
+            self._sockets.refresh(sock)
             if sock.state != "connected":
                 raise SanError(WsaError.WSAENOTCONN, f"socket {sock.id} went to {sock.state} while binding "
                                f"a window (wc status {status})")
             raise SanError(WsaError.WSAENOBUFS, f"binding a type-2 window failed with wc status {status}")
         return Registration("rdma", rkey, address, length, access, mr, mw)
 
-    def _window_of(self, sock: Socket, descriptor: Any) -> Registration | None:
-        if not isinstance(descriptor, (bytes, bytearray)) or len(descriptor) != DESCRIPTOR_SIZE:
-            raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {descriptor!r}")
-        return sock.windows.get(unpack_descriptor(bytes(descriptor))[2])
-
     def deregister_rdma_memory(self, socket: int, descriptor: bytes) -> None:
-        sock = self._socket(socket)
-        reg = self._window_of(sock, descriptor)
-        if reg is None:
-            raise SanError(WsaError.WSAEINVAL,
-                           f"descriptor {bytes(descriptor).hex()} is not registered on socket {sock.id}")
-        self._release(sock, reg)
+        sock = self._sockets.get(socket)
+        desc = checks.descriptor(descriptor)
+        reg = checks.deregistration(sock.windows.get(unpack_descriptor(desc)[2]), desc)
+        self.release(sock, reg)
 
-    def _release(self, sock: Socket, reg: Registration, force: bool = False) -> None:
-        if not force:
-            if reg.in_use:
-                raise SanError(WsaError.WSAEINVAL, f"{reg!r} is in use by {reg.in_use} pending operation(s)")
+    def release(self, sock: Socket, reg: Registration, force: bool = False) -> None:
+        if not force:  # checks.deregistration refused it in use
             reg.refs -= 1
             if reg.refs:
                 return
@@ -160,45 +168,31 @@ class RegistrationsMixin(ProcessState):
         del sock.by_range[(reg.kind, reg.address, reg.length, reg.access)]
         if reg.mw is not None:
             # R3: invalidate the window on its QP, then free it (dealloc alone also revokes the rkey).
-            if not force and sock.state == "connected":
-                wr = SendWR(wr_id=self._internal_id(), opcode=e.IBV_WR_LOCAL_INV, num_sge=0,
+            if not force and sock.state == "connected" and not self._no_local_op(sock):
+                wr = SendWR(wr_id=self._completions.internal_id(), opcode=e.IBV_WR_LOCAL_INV, num_sge=0,
                             send_flags=e.IBV_SEND_SIGNALED, imm_data=reg.key)  # imm_data shares invalidate_rkey
-                self._run_internal(sock, wr)
-            self._close_verbs(reg.mw)
-        self._close_verbs(reg.mr)
+                self._completions.run_internal(sock, wr)
+            self._releases.close(reg.mw)
+        self._releases.close(reg.mr)
         reg.mr = reg.mw = None
 
-    def _close_verbs(self, obj: Any) -> None:
-        """Close an MR or MW; an MR the device still holds (a window on it) is retried later."""
-        for _ in range(50):
-            try:
-                obj.close()
-                return
-            except Exception:
-                time.sleep(0.01)
-        self._zombies.append(obj)
+    def release_all(self, sock: Socket) -> None:
+        """Every registration of a socket being closed (the provider releases what pending operations used)."""
+        for reg in list(sock.handles.values()) + list(sock.windows.values()):
+            self.release(sock, reg, force=True)
 
     def registrations(self, socket: int) -> list[dict[str, Any]]:
-        if socket in self._closed_sockets:
+        if self._sockets.is_closed(socket):
             return []
-        sock = self._socket(socket)
+        sock = self._sockets.get(socket)
         return [reg.describe() for reg in list(sock.handles.values()) + list(sock.windows.values())]
 
-    def leaks(self) -> list[str]:
-        """Registrations still alive on open sockets, and verbs objects the device would not release."""
-        out = []
-        for sock in self._sockets.values():
+    def all(self) -> Iterator[tuple[Socket, Registration]]:
+        """Every live registration of the process's open sockets."""
+        for sock in self._sockets.open():
             for reg in list(sock.handles.values()) + list(sock.windows.values()):
-                out.append(f"pid {self.pid} socket {sock.id}: {reg!r}")
-        self._retry_zombies()
-        out += [f"pid {self.pid}: unreleased {type(z).__name__}" for z in self._zombies]
-        return out
+                yield sock, reg
 
-    def _retry_zombies(self) -> None:
-        keep = []
-        for obj in self._zombies:
-            try:
-                obj.close()
-            except Exception:
-                keep.append(obj)
-        self._zombies = keep
+    def leaks(self) -> list[str]:
+        """Registrations still alive on open sockets."""
+        return [f"pid {self._pid} socket {sock.id}: {reg!r}" for sock, reg in self.all()]

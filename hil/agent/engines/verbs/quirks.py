@@ -1,0 +1,103 @@
+"""Kernel bugs of the soft RDMA drivers that the verbs engine works around, and on which kernels it must.
+
+A workaround is applied by driver and kernel, never by guess: each one names the driver (as the device says
+it in sysfs ``node_desc``), the kernel series that need it (from ``broken_from``, the first found broken, None:
+every one before ``fixed_in``; up to ``fixed_in``, the first found fixed, None: every one since) and what goes
+wrong without it. The lab retests each on every kernel it boots
+(``san-hil lab reproduce NAME``, docs/providers.md's kernel table); a kernel older than ``fixed_in`` gets the
+workaround, a newer one does not, and the agent's hello lists what it applies so the report says so.
+
+``SAN_VERBS_WORKAROUNDS`` overrides it for a reproducer: ``none`` applies none, ``all`` every one, or a
+comma-separated list of names; anything else (unset, ``auto``) decides by kernel.
+
+Standard library only, Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+__all__ = ["WORKAROUNDS", "Workaround", "applied", "driver_of", "kernel_series"]
+
+SYSFS = "/sys/class/infiniband"
+ENV = "SAN_VERBS_WORKAROUNDS"
+_DRIVERS = {"rxe": "rxe", "Software iWARP stack": "siw"}  # node_desc as each driver sets it
+
+
+@dataclass(frozen=True)
+class Workaround:
+    name: str
+    driver: str  # rxe, siw
+    bug: str  # what the kernel does without the workaround (where, in its source)
+    does: str  # what the engine does instead
+    fixed_in: tuple[int, int] | None = None  # first kernel series found not to need it; None: every one tested
+    broken_from: tuple[int, int] | None = None  # first kernel series found to need it; None: every older one too
+
+    def needed(self, series: tuple[int, int] | None) -> bool:
+        if series is None:
+            return True
+        return (self.broken_from is None or series >= self.broken_from) and (
+            self.fixed_in is None or series < self.fixed_in)
+
+
+WORKAROUNDS: tuple[Workaround, ...] = (
+    Workaround("siw-zero-length-sge", "siw",
+               "siw_tx_hdt dereferences the NULL memory object of a zero-length SGE in a send or RDMA write: an "
+               "oops, and the device hangs",
+               "a zero-length scatter entry is not posted (a send left with none goes with no SGE)"),
+    Workaround("siw-unchecked-remote-access", "siw",
+               "the responder serves an RDMA read of an MR registered without REMOTE_READ, and checks a tagged "
+               "write's bounds segment by segment, placing the first segments of an over-long one",
+               "an iWARP descriptor states the access it grants; the initiator checks that and the range first"),
+    Workaround("rxe-zero-length-read", "rxe",
+               "an RDMA read of zero bytes never completes",
+               "an RDMA transfer of zero bytes is completed by the engine, checked against the descriptor's range"),
+    Workaround("rxe-flushed-local-error", "rxe",
+               "a send or RDMA write whose scatter list names an lkey nobody holds completes WR_FLUSH_ERR: the QP "
+               "goes to error and the failing request is flushed as if something else had failed (6.1 reports "
+               "LOC_QP_OP_ERR)",
+               "a source entry whose handle the socket does not know is refused before posting: LOCAL_PROTECTION, "
+               "0 bytes, the connection's local end in error",
+               broken_from=(6, 12)),
+    Workaround("rxe-local-op-replayed", "rxe",
+               "a memory-window bind or a local invalidate posted behind a request still waiting on the peer "
+               "(an RNR NAK retry) is replayed with that request: the second bind or invalidate fails, the QP "
+               "goes to error and every request is flushed",
+               "while a send, RDMA write or read is outstanding on the socket, a window is an MR with the "
+               "remote rights and its release is the dealloc alone (no bind or invalidate is posted)",
+               broken_from=(6, 12)),
+)
+
+
+def kernel_series(release: str) -> tuple[int, int] | None:
+    """(6, 12) of ``6.12.117+deb13-amd64``."""
+    match = re.match(r"(\d+)\.(\d+)", release)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def driver_of(device: str) -> str | None:
+    """The soft driver behind ``device`` (rxe, siw), as its node description says, or None."""
+    try:
+        with open(os.path.join(SYSFS, device, "node_desc")) as f:
+            desc = f.read().strip()
+    except OSError:
+        return None
+    return _DRIVERS.get(desc)
+
+
+def applied(driver: str | None, release: str | None = None, override: str | None = None) -> list[Workaround]:
+    """The workarounds this driver on this kernel (``uname -r``) needs, or what ``SAN_VERBS_WORKAROUNDS`` says."""
+    release = os.uname().release if release is None else release
+    choice = (os.environ.get(ENV, "") if override is None else override).strip()
+    mine = [w for w in WORKAROUNDS if w.driver == driver]
+    if choice == "none":
+        return []
+    if choice == "all":
+        return mine
+    if choice and choice != "auto":
+        names = {name.strip() for name in choice.split(",")}
+        return [w for w in mine if w.name in names]
+    series = kernel_series(release)
+    return [w for w in mine if w.needed(series)]

@@ -1,0 +1,79 @@
+"""The report's ``"kernel"`` and ``"kernel_resources"`` (SPEC 5.1), under pytest and pytest-xdist.
+
+The backend's :class:`~hil.controller.kernel.KernelLog` gathers what each host's agent said (its kernel
+release, the kernel witness's readings from every end-of-test batch). Here each test's readings are filed
+under its node id once its teardown is done; at the session's end every host is read once more after its
+agent closed its processes (before pytest-san writes the report); and the record lands in the report
+through ``pytest_san_conformance``. An xdist worker ships its record in ``workeroutput`` and the
+controller merges them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from hil.controller.backend import HilBackend
+from hil.controller.kernel import merge_records
+from pytest_san.plugin.hooks import created_backend
+
+WORKEROUTPUT_KERNEL = "san_kernel"
+MERGED_KEY = pytest.StashKey[dict[str, Any]]()
+"""In the xdist controller: {"kernel": {...}, "kernel_resources": {...}} of every finished worker."""
+
+
+def _backend(config: pytest.Config) -> HilBackend | None:
+    backend = created_backend(config)
+    return backend if isinstance(backend, HilBackend) else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    backend = _backend(item.config)
+    if call.when == "teardown" and backend is not None:  # the end-of-test batch is done: file its readings
+        backend.kernel_log.take(item.nodeid)
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Before pytest-san's own (trylast), which writes the report and closes the backend.
+    backend = _backend(session.config)
+    if backend is None:
+        return
+    backend.end_kernel_record()
+    workeroutput: dict[str, Any] | None = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKEROUTPUT_KERNEL] = {"kernel": dict(backend.kernel_log.kernels),
+                                             "kernel_resources": backend.kernel_log.record}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist, in the controller: keep a finished worker's record."""
+    data = (getattr(node, "workeroutput", None) or {}).get(WORKEROUTPUT_KERNEL)
+    config: pytest.Config | None = getattr(node, "config", None)
+    if data and config is not None:
+        merged = config.stash.setdefault(MERGED_KEY, {"kernel": {}, "kernel_resources": {}})
+        merged["kernel"].update(data.get("kernel", {}))
+        merge_records(merged["kernel_resources"], data.get("kernel_resources", {}))
+
+
+def pytest_san_conformance(config: pytest.Config, report: dict[str, Any]) -> None:
+    """Add ``"kernel"`` (host -> kernel release) and ``"kernel_resources"`` (host -> the kernel's record)."""
+    merged = config.stash.get(MERGED_KEY, None)
+    backend = _backend(config)
+    if merged is None and backend is None:
+        return
+    kernels: dict[str, str] = dict(merged["kernel"]) if merged else {}
+    resources: dict[str, Any] = {}
+    if merged:
+        merge_records(resources, merged["kernel_resources"])
+    if backend is not None:
+        kernels.update(backend.kernel_log.kernels)
+        merge_records(resources, backend.kernel_log.record)
+    report["kernel"] = dict(sorted(kernels.items()))
+    report["kernel_resources"] = dict(sorted(resources.items()))

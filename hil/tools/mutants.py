@@ -1,0 +1,299 @@
+"""``san-hil mutants``: the conformance suite against every entry of the mutation corpus (``pytest_san.mutants``),
+on the emulator or on an inventory's hosts, and the kill matrix of what it caught.
+
+First the suite runs on the providers as they are (the baseline: what it fails there proves nothing about an
+entry), then once per entry with the entry's plugin loaded (``-p``), each a pytest subprocess writing its
+``--san-report``. An entry's ``failed`` rules are those it fails that the baseline passed. Verdicts (SPEC 5.1):
+
+* ``caught``: it failed a rule it breaks;
+* ``other-rule``: it failed only rules it does not claim to break;
+* ``survived``: it failed nothing (or its run could not report: ``error`` says why);
+* ``not-applicable``: this backend cannot show the bug -- every scenario of the rules it breaks was skipped
+  here, or the nodes lack a capability the bug needs (its ``NEEDS``).
+
+A legal variant must fail nothing. The exit status is 1 when an applicable bug is not caught under a rule it
+breaks, a legal variant fails a rule, or the baseline fails one; ``--model`` also runs ``pytest_san.model``
+against each entry (a legal variant must get no divergence; what the model finds of the bugs is reported).
+Writes ``OUT/mutants.json``, ``OUT/<entry>.json`` and ``OUT/<entry>.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hil.tools.arguments import INVENTORY_HELP
+from hil.tools.report_files import load_object
+from pytest_san.mutants import Entry, select
+from pytest_san.report import RULE_IDS
+
+BASELINE = "baseline"
+CAUGHT, OTHER, SURVIVED, NOT_APPLICABLE = "caught", "other-rule", "survived", "not-applicable"
+
+
+@dataclass
+class Run:
+    """One pytest subprocess: the suite (or the model) with one entry's plugin, or none for the baseline."""
+
+    name: str
+    plugin: str | None
+    report: Path
+    log: Path
+    exit_status: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def error(self) -> str | None:
+        """Why the run says nothing about the entry, or None (pytest's 0 and 1 are answers)."""
+        if self.exit_status not in (0, 1):
+            return f"pytest exit {self.exit_status} (see {self.log})"
+        if "rules" not in self.data:
+            return f"no conformance report written (see {self.log})"
+        return None
+
+
+def pytest_argv(run: Run, target: str, backend: Sequence[str], extra: Sequence[str]) -> list[str]:
+    plugin = ["-p", run.plugin] if run.plugin else []
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", target, *plugin,
+            *backend, f"--san-report={run.report}", *extra]
+
+
+def execute(run: Run, argv: Sequence[str], timeout: float) -> Run:
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    with run.log.open("wb") as log:
+        try:
+            run.exit_status = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env=env, timeout=timeout, check=False).returncode
+        except subprocess.TimeoutExpired:  # subprocess.run killed it
+            run.exit_status = -9
+    run.data = load_object(run.report)
+    return run
+
+
+
+def failed_rules(data: Mapping[str, Any]) -> set[str]:
+    return {rule for rule, count in data.get("rules", {}).items() if count.get("failed")}
+
+
+def exercised_rules(data: Mapping[str, Any]) -> set[str]:
+    """Rules at least one scenario ran for (passed or failed), rather than skipped."""
+    return {rule for rule, count in data.get("rules", {}).items() if count.get("passed") or count.get("failed")}
+
+
+def skipped_rules(data: Mapping[str, Any]) -> set[str]:
+    """Rules whose every scenario was skipped (for a missing capability: ``san_requires``)."""
+    return {rule for rule, count in data.get("rules", {}).items()
+            if count.get("skipped") and not count.get("passed") and not count.get("failed")}
+
+
+def verdict(entry: Entry, run: Run, baseline: set[str]) -> dict[str, Any]:
+    """The entry's line of ``mutants.json``."""
+    failed = sorted(failed_rules(run.data) - baseline, key=RULE_IDS.index)
+    line: dict[str, Any] = {"failed": failed}
+    if run.error is not None:
+        line["error"] = run.error
+    if entry.legal:
+        return line
+    capabilities = set(run.data.get("capabilities", ()))
+    lacking = [cap for cap in entry.needs if cap not in capabilities]
+    line["breaks"] = list(entry.breaks)
+    if run.error is not None:
+        line["verdict"] = SURVIVED
+    elif set(failed) & set(entry.breaks):
+        line["verdict"] = CAUGHT
+    elif failed:
+        line["verdict"] = OTHER
+    elif lacking or set(entry.breaks) <= skipped_rules(run.data):  # nothing here could show the bug
+        line["verdict"] = NOT_APPLICABLE
+        if lacking:
+            line["lacking"] = lacking
+    else:
+        line["verdict"] = SURVIVED
+    return line
+
+
+def model_line(run: Run) -> dict[str, Any]:
+    model = run.data.get("model") or {}
+    divergences = model.get("divergences", [])
+    line: dict[str, Any] = {"sequences": model.get("sequences", 0), "divergences": len(divergences)}
+    if divergences:
+        first = divergences[0]
+        line["first"] = f"{first.get('side')}: {first.get('message')}"
+    if run.error is not None or "model" not in run.data:
+        line["error"] = run.error or f"no model result (see {run.log})"
+    return line
+
+
+def failures(result: Mapping[str, Any]) -> list[str]:
+    """What makes the run fail: one line each."""
+    out = []
+    if result["baseline"]["failed"]:
+        out.append(f"the suite fails {', '.join(result['baseline']['failed'])} without any entry")
+    if result["baseline"].get("error"):
+        out.append(f"the baseline run failed: {result['baseline']['error']}")
+    for name, line in result["mutants"].items():
+        if line["verdict"] not in (CAUGHT, NOT_APPLICABLE):
+            where = f" (failed {', '.join(line['failed'])} only)" if line["failed"] else ""
+            out.append(f"{name}: {line['verdict']}{where}, breaks {', '.join(line['breaks'])}"
+                       + (f": {line['error']}" if "error" in line else ""))
+    for name, line in result["legal"].items():
+        if line["failed"] or "error" in line:
+            out.append(f"legal variant {name} fails {', '.join(line['failed']) or 'to run'}"
+                       + (f": {line['error']}" if "error" in line else ""))
+    for name, line in result.get("model", {}).items():
+        if name in result["legal"] and (line["divergences"] or "error" in line):
+            out.append(f"legal variant {name}: the model found {line['divergences']} divergence(s)"
+                       + (f": {line.get('first') or line.get('error')}"))
+    return out
+
+
+def matrix(result: Mapping[str, Any]) -> list[str]:
+    """The kill matrix: an entry per row, a rule per column. ``X`` failed a rule it breaks, ``x`` a rule it does
+    not claim, ``.`` a rule it breaks that passed; ``!`` a rule a legal variant failed."""
+    name_width = max([len(n) for n in (*result["mutants"], *result["legal"])] + [10])
+    head = f"{'entry':<{name_width}}  " + " ".join(f"{r:>3}" for r in RULE_IDS) + "  verdict"
+    lines = [head, "-" * len(head)]
+    models = result.get("model", {})
+    for name, line in result["mutants"].items():
+        cells = []
+        for rule in RULE_IDS:
+            breaks, failed = rule in line["breaks"], rule in line["failed"]
+            cells.append("X" if breaks and failed else "x" if failed else "." if breaks else " ")
+        found = models.get(name)
+        model = f", model: {found['divergences']} divergence(s)" if found is not None else ""
+        lines.append(f"{name:<{name_width}}  " + " ".join(f"{c:>3}" for c in cells) + f"  {line['verdict']}{model}")
+    for name, line in result["legal"].items():
+        cells = ["!" if rule in line["failed"] else " " for rule in RULE_IDS]
+        found = models.get(name)
+        model = f", model: {found['divergences']} divergence(s)" if found is not None else ""
+        state = "passed" if not line["failed"] and "error" not in line else "FAILED"
+        lines.append(f"{name:<{name_width}}  " + " ".join(f"{c:>3}" for c in cells) + f"  legal: {state}{model}")
+    return lines
+
+
+def run_corpus(entries: Sequence[Entry], out: Path, backend: Sequence[str], extra: Sequence[str], *, jobs: int,
+               timeout: float, model: Sequence[str] | None, say: Callable[[str], None], focus: bool = False,
+               baseline: Path | None = None) -> dict[str, Any]:
+    """Run the baseline and every entry (and the model on each with ``model``: its extra pytest arguments).
+
+    ``focus``: a bug runs only the scenarios of the rules it breaks (``--san-rules``), a legal variant all of
+    them. ``baseline``: the report of a suite run already made on the same providers, instead of a new one."""
+    out.mkdir(parents=True, exist_ok=True)
+    base = Run(BASELINE, None, baseline or out / f"{BASELINE}.json", out / f"{BASELINE}.log")
+    runs = [Run(e.name, e.module, out / f"{e.name}.json", out / f"{e.name}.log") for e in entries]
+    model_runs = [] if model is None else [Run(e.name, e.module, out / f"{e.name}.model.json",
+                                               out / f"{e.name}.model.log") for e in entries]
+
+    def only(entry: Entry) -> list[str]:
+        return [f"--san-rules={','.join(entry.breaks)}"] if focus and not entry.legal else []
+
+    work = [(run, pytest_argv(run, "pytest_san.scenarios", backend, [*only(e), *extra]))
+            for run, e in zip(runs, entries, strict=True)]
+    if baseline is None:
+        work.insert(0, (base, pytest_argv(base, "pytest_san.scenarios", backend, extra)))
+    else:
+        base.exit_status, base.data = 0, load_object(baseline)
+    work += [(run, pytest_argv(run, "pytest_san.model", backend, [*(model or ()), *extra])) for run in model_runs]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(execute, run, argv, timeout): run for run, argv in work}
+        for done in concurrent.futures.as_completed(futures):
+            run = done.result()
+            state = run.error or f"failed {', '.join(sorted(failed_rules(run.data), key=RULE_IDS.index)) or 'nothing'}"
+            say(f"san-hil mutants: {run.name}{' (model)' if run in model_runs else ''}: {state}")
+    failed_before = failed_rules(base.data)
+    result: dict[str, Any] = {
+        "backend": base.data.get("backend", ""),
+        "capabilities": base.data.get("capabilities", []),
+        "baseline": {"failed": sorted(failed_before, key=RULE_IDS.index),
+                     **({"error": base.error} if base.error else {})},
+        "mutants": {}, "legal": {},
+    }
+    for entry, run in zip(entries, runs, strict=True):
+        result["legal" if entry.legal else "mutants"][entry.name] = verdict(entry, run, failed_before)
+    if model is not None:
+        result["model"] = {entry.name: model_line(run) for entry, run in zip(entries, model_runs, strict=True)}
+    (out / "mutants.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        entries = select(args.only.split(",") if args.only else None)
+    except ValueError as exc:
+        print(f"san-hil mutants: {exc}", file=sys.stderr)
+        return 2
+    backend: list[str] = []
+    if args.inventory:
+        inventory = Path(args.inventory)
+        if not inventory.is_file():
+            print(f"san-hil mutants: --inventory {inventory}: no such file", file=sys.stderr)
+            return 2
+        backend = ["--san-backend=hil", f"--san-inventory={inventory.resolve()}"]
+        if args.limit:
+            backend.append(f"--san-hosts={args.limit}")
+    jobs = args.jobs if args.jobs is not None else (1 if args.inventory else (os.cpu_count() or 1))
+    model = None
+    if args.model:
+        model = [f"--san-model-sequences={args.model_sequences}", f"--san-model-steps={args.model_steps}"]
+        if args.model_seed is not None:
+            model.append(f"--san-model-seed={args.model_seed}")
+    out = Path(args.out)
+    print(f"san-hil mutants: {len(entries)} entries on {'the inventory hosts' if backend else 'the emulator'}, "
+          f"{jobs} at a time; results in {out}", file=sys.stderr, flush=True)
+    baseline = Path(args.baseline) if args.baseline else None
+    if baseline is not None and not load_object(baseline).get("rules"):
+        print(f"san-hil mutants: --baseline {baseline}: not a conformance report (--san-report JSON)", file=sys.stderr)
+        return 2
+    result = run_corpus(entries, out, backend, args.extra_args, jobs=jobs, timeout=args.timeout, model=model,
+                        say=lambda line: print(line, file=sys.stderr, flush=True), focus=args.focus,
+                        baseline=baseline)
+    for line in matrix(result):
+        print(line)
+    problems = failures(result)
+    caught = sum(1 for line in result["mutants"].values() if line["verdict"] == CAUGHT)
+    applicable = sum(1 for line in result["mutants"].values() if line["verdict"] != NOT_APPLICABLE)
+    print(f"\n{caught} of {applicable} applicable bugs caught under a rule they break "
+          f"({len(result['mutants']) - applicable} not applicable on {result['backend'] or 'this backend'}); "
+          f"{sum(1 for line in result['legal'].values() if not line['failed'])} of {len(result['legal'])} "
+          f"legal variants passed; written to {out / 'mutants.json'}")
+    for problem in problems:
+        print(f"san-hil mutants: {problem}")
+    return 1 if problems else 0
+
+
+def add_mutants_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "mutants", help="run the conformance suite against the shipped mutation corpus and print the kill matrix",
+        description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--inventory", default=None, help=f"run on these hosts (hil) instead of the emulator; "
+                                                          f"{INVENTORY_HELP}")
+    parser.add_argument("--limit", default=None, metavar="NAMES", help="with --inventory: the hosts to use "
+                                                                       "(comma-separated names; default: all)")
+    parser.add_argument("--only", default=None, metavar="NAME,...", help="run only these entries of the corpus")
+    parser.add_argument("--out", default="mutants", metavar="DIR", help="where mutants.json, each entry's report "
+                                                                        "and log go (default: ./mutants)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="suite runs at once (default: the CPU count on the emulator, 1 on hosts)")
+    parser.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+                        help="give up on one run after this long (default: 1800)")
+    parser.add_argument("--focus", action="store_true",
+                        help="run each bug only on the scenarios of the rules it breaks (--san-rules): faster, but a "
+                             "bug caught only under another rule then survives")
+    parser.add_argument("--baseline", default=None, metavar="REPORT",
+                        help="the --san-report JSON of a suite run on the same providers and hosts, instead of "
+                             "running the baseline again")
+    parser.add_argument("--model", action="store_true", help="also run the reference model against each entry")
+    parser.add_argument("--model-sequences", type=int, default=50, metavar="N",
+                        help="with --model: sequences per entry (default: 50)")
+    parser.add_argument("--model-steps", type=int, default=20, metavar="N",
+                        help="with --model: steps per sequence (default: 20)")
+    parser.add_argument("--model-seed", type=int, default=None, metavar="N", help="with --model: the seed")
+    parser.set_defaults(run=_run, accepts_extra_args=True)

@@ -1,0 +1,1 @@
+"""Legal variants: providers and proxies that differ from pytest-san's own only in ways the contract allows."""

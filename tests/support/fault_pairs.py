@@ -1,0 +1,364 @@
+"""Every pair of call-time faults, for every SPI call, against the reference order (pytest_san.checks).
+
+The faults are listed per argument of each call (``SLOTS``: a slot is an argument, or a part of one: a buffer's
+process, an entry of a scatter list); the cases are every fault alone and every pair of faults in two different
+slots (the cross product), generated, not listed. For each case the call is made on one backend through the
+public API and must
+
+* be refused with the answer of the fault that comes first in ``pytest_san.checks.ORDER`` (a TypeError, or the
+  SanError code; WSAEFAULT of the descriptor-size probe carries the size needed), and
+* change nothing: every registration of the world's sockets, both proxies' live allocations, every byte of
+  its buffers, every socket's state and its pending operations are as before.
+
+Any backend with two nodes runs them (``run_pairs``): the emulator, the hil backend with a local agent, a lab.
+A backend that follows the reference order answers every case as the table says, so two such backends answer
+every case alike; ``answers`` keeps each case's answer for comparing them call by call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+import types
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from pytest_san import Access, SanError
+from pytest_san.burst import rdma_read_burst, rdma_write_burst
+from pytest_san.checks import first
+from pytest_san.contract import (
+    DESCRIPTOR_SIZE,
+    MAX_SGE,
+    PAGE_SIZE,
+    QUEUE_DEPTH,
+    SO_MAX_RDMA_SIZE,
+    SO_RDMA_THRESHOLD_SIZE,
+)
+from pytest_san.protocols import Answering, Backend, Question
+
+BUF = 64  # bytes of each of the world's buffers
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    slot: str  # the argument, or the part of one, that it spoils
+    check: str  # the pytest_san.checks id it trips
+    name: str
+    replaces: bool = False  # it replaces the whole slot: no fault of a part of it can go with it
+
+    def __str__(self) -> str:
+        return f"{self.slot}: {self.name}"
+
+
+def _socket_faults(*, connected: bool, queue: bool = False) -> list[Fault]:
+    faults = [Fault("socket", "socket", "closed"), Fault("socket", "socket", "no socket (42)")]
+    if connected:
+        faults.append(Fault("socket", "connected", "its peer closed"))
+    if queue:
+        faults.append(Fault("socket", "queue", f"{QUEUE_DEPTH} receives pending"))
+    return faults
+
+
+_BUFFER = [Fault("buffer", "buffer.type", "no buffer (42)", replaces=True),
+           Fault("buffer.process", "buffer.owner", "another host's"),
+           Fault("buffer.range", "buffer.range", "length -8"), Fault("buffer.range", "buffer.range", "length 8.0"),
+           Fault("buffer.range", "buffer.empty", "length 0"),
+           Fault("buffer.range", "buffer.mapped", "one byte past its last page")]
+_ACCESS = [Fault("access", "access", "0"), Fault("access", "access", "True"), Fault("access", "access", "4")]
+
+
+def _entry(i: int) -> list[Fault]:
+    slot = f"local_buffers[{i}]"
+    return [Fault(slot, "entry.shape", "None", replaces=True),
+            Fault(slot, "entry.shape", "(42, handle)", replaces=True),
+            Fault(f"{slot}.process", "entry.owner", "another host's"),
+            Fault(f"{slot}.range", "entry.range", "length -8"), Fault(f"{slot}.range", "entry.range", "length 8.0")]
+
+
+_LIST = [Fault("local_buffers", "list.type", "'x'", replaces=True),
+         Fault("local_buffers", "list.count", f"{MAX_SGE + 1} entries")]
+_TARGET = [Fault("descriptor", "descriptor", "4 bytes"), Fault("descriptor", "descriptor", "a str"),
+           Fault("offset", "offset", "1.0"), Fault("offset", "offset", "None")]
+_BURST = [Fault("count", "burst", "0"), Fault("count", "burst", "'2'"), Fault("depth", "burst", "0")]
+
+SLOTS: dict[str, list[Fault]] = {
+    "register_memory": [*_socket_faults(connected=True), *_BUFFER, *_ACCESS],
+    "register_rdma_memory": [*_socket_faults(connected=True), *_BUFFER, *_ACCESS,
+                             Fault("descriptor_size", "descriptor_size.type", "'20'"),
+                             Fault("descriptor_size", "descriptor_size.small", "4")],
+    "deregister_memory": [*_socket_faults(connected=False), Fault("handle", "handle", "unknown"),
+                          Fault("handle", "handle", "'7'"), Fault("handle", "in_use", "a pending receive's")],
+    "deregister_rdma_memory": [*_socket_faults(connected=False), Fault("descriptor", "descriptor", "4 bytes"),
+                               Fault("descriptor", "descriptor", "a str"),
+                               Fault("descriptor", "descriptor.registered", "unknown")],
+    "rdma_write": [*_socket_faults(connected=True), *_LIST, *_entry(0), *_entry(1), *_TARGET],
+    "rdma_read": [*_socket_faults(connected=True), *_LIST, *_entry(0), *_entry(1), *_TARGET],
+    "rdma_write_burst": [*_BURST, *_socket_faults(connected=True), *_LIST, *_entry(0), *_TARGET],
+    "rdma_read_burst": [*_BURST, *_socket_faults(connected=True), *_LIST, *_entry(0), *_TARGET],
+    "send": [*_socket_faults(connected=True), *_LIST, *_entry(0), *_entry(1)],
+    "recv": [*_socket_faults(connected=True, queue=True), *_LIST, *_entry(0), *_entry(1)],
+    "getsockopt": [*_socket_faults(connected=False), Fault("option", "option", "1"), Fault("option", "option", "'x'"),
+                   Fault("option", "option", f"{float(SO_MAX_RDMA_SIZE)}")],
+    "close_socket": _socket_faults(connected=False),
+}
+"""The faults each argument of each call can carry (a burst's, the first entry only: it costs a round trip more)."""
+
+
+NOT_MADE: dict[str, str] = {
+    "read": "the reference backends all have RDMA read (a provider without it answers WSAEOPNOTSUPP first)",
+    "device": "only a device with fewer entries than the contract's trips it (siw's RDMA read: max_sge_rd 1)",
+    "resources": "needs the proxy to fail (capability faults, the emulator's only)",
+    "queue": "a full send queue needs sends the peer never receives: ends the connection on iWARP (recv only)",
+    "in_use": "an RDMA descriptor is never in use by its own socket's operations (deregister_memory only)",
+}
+"""Checks of the table no case trips, and why (tests/pytest_san/test_fault_pairs.py holds the rest to SLOTS)."""
+
+
+def _compatible(a: Fault, b: Fault) -> bool:
+    if a.slot == b.slot:
+        return False
+    for outer, inner in ((a, b), (b, a)):
+        if outer.replaces and inner.slot.startswith((outer.slot + ".", outer.slot + "[")):
+            return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    call: str
+    faults: tuple[Fault, ...]
+
+    @property
+    def id(self) -> str:
+        return f"{self.call}({'; '.join(map(str, self.faults))})"
+
+    @property
+    def expected(self) -> str:
+        return first(self.call, [f.check for f in self.faults])
+
+    def fault(self, slot: str) -> str | None:
+        return next((f.name for f in self.faults if f.slot == slot), None)
+
+
+def cases(calls: Sequence[str] = tuple(SLOTS)) -> list[Case]:
+    """Every fault alone and every pair of compatible faults, of every call (close_socket takes one argument)."""
+    out = []
+    for call in calls:
+        faults = SLOTS[call]
+        out += [Case(call, (f,)) for f in faults]
+        out += [Case(call, (a, b)) for a, b in itertools.combinations(faults, 2) if _compatible(a, b)]
+    return out
+
+
+def sample(all_cases: list[Case], size: int | None, seed: int) -> list[Case]:
+    """``size`` cases drawn with ``seed`` (all of them when ``size`` is None or not smaller)."""
+    if size is None or size >= len(all_cases):
+        return list(all_cases)
+    return sorted(random.Random(seed).sample(all_cases, size), key=all_cases.index)
+
+
+class World:
+    """Two nodes' default processes, their buffers and sockets, for refused calls to leave as they found them.
+
+    ``sa``-``sb``: the connection every good argument uses (``h`` a READWRITE handle of ``src`` on ``sa``,
+    ``desc`` a READWRITE window of ``dst`` on ``sb``); ``sc``: a closed socket of node 0; ``sd``: one whose
+    peer closed; ``sq``: one with a full receive queue; ``pending``: a receive on ``sa`` holding ``hu`` in use.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        a, b = backend.nodes[0], backend.nodes[1]
+        self.pa, self.pb = a.default_process, b.default_process
+        self.provider, self.peer = a.provider, b.provider
+        self.src, self.dst, self.other = self.pa.alloc(BUF), self.pb.alloc(BUF), self.pb.alloc(BUF)
+        self.src.write(bytes(range(1, BUF + 1)))
+        self.dst.write(bytes(range(101, 101 + BUF)))
+        self.sa, self.sb = backend.connect_sockets(self.pa, self.pb)
+        self.sc, closed_peer = backend.connect_sockets(self.pa, self.pb)
+        self.provider.close_socket(self.sc)
+        self.peer.close_socket(closed_peer)
+        self.sd, gone = backend.connect_sockets(self.pa, self.pb)
+        self.peer.close_socket(gone)
+        self.sq, self.sq_peer = backend.connect_sockets(self.pa, self.pb)
+        self.h = self.provider.register_memory(self.sa, self.src, Access.READWRITE)
+        self.hu = self.provider.register_memory(self.sa, self.src.view(48, 16), Access.WRITE)
+        self.desc = self.peer.register_rdma_memory(self.sb, self.dst, Access.READWRITE)
+        self.pending = self.provider.recv(self.sa, [(self.src.view(48, 16), self.hu)])
+        self.hq = self.provider.register_memory(self.sq, self.src.view(32, 16), Access.WRITE)
+        self.queued = [self.provider.recv(self.sq, [(self.src.view(32, 16), self.hq)]) for _ in range(QUEUE_DEPTH)]
+        self.baseline = self.snapshot()
+
+    def questions(self) -> list[Question]:
+        p, q = self.provider, self.peer
+        return [(p, "registrations", (self.sa,)), (p, "registrations", (self.sq,)), (q, "registrations", (self.sb,)),
+                (self.backend.nodes[0].proxy, "live_allocations", ()),
+                (self.backend.nodes[1].proxy, "live_allocations", ()),
+                (self.src, "read", ()), (self.dst, "read", ()),
+                *[(s, what, ()) for s in (self.sa, self.sb, self.sc, self.sd, self.sq)
+                  for what in ("connected", "closed")],
+                (self.pending, "done", ()), (self.queued[0], "done", ())]
+
+    def snapshot(self) -> tuple[object, ...]:
+        """What no refused call may change, asked together (one round trip per host where the backend can)."""
+        questions = self.questions()
+        backend = self.backend
+        if isinstance(backend, Answering):
+            with backend.answering(questions):
+                return self._ask(questions)
+        return self._ask(questions)
+
+    @staticmethod
+    def _ask(questions: list[Question]) -> tuple[object, ...]:
+        out: list[object] = []
+        for obj, name, args in questions:
+            value = getattr(obj, name)
+            value = value(*args) if callable(value) else value
+            if name == "registrations":
+                value = sorted((r.kind, r.address, r.length, int(r.access), r.refs) for r in value)
+            out.append(value)
+        return tuple(out)
+
+    # -- building a case's arguments ---------------------------------------------------------------------
+
+    def socket(self, case: Case) -> Any:
+        return {None: self.sa, "closed": self.sc, "no socket (42)": 42, "its peer closed": self.sd,
+                f"{QUEUE_DEPTH} receives pending": self.sq}[case.fault("socket")]
+
+    def _range(self, fault: str | None, process: Any, mine: Any, theirs: Any) -> Any:
+        """The buffer of a slot: ``mine`` (or ``theirs``, of ``process``) with the range fault applied."""
+        buffer = mine if process is self.pa else theirs
+        if fault is None:
+            return buffer
+        page_end = -(-(buffer.address + 1) // PAGE_SIZE) * PAGE_SIZE  # the world's buffers are smaller than a page
+        address, n = {"length -8": (buffer.address, -8), "length 8.0": (buffer.address, 8.0),
+                      "length 0": (buffer.address, 0),
+                      "one byte past its last page": (buffer.address, page_end - buffer.address + 1)}[fault]
+        return types.SimpleNamespace(address=address, length=n, process=process)
+
+    def buffer(self, case: Case) -> Any:
+        if case.fault("buffer") is not None:
+            return 42
+        process = self.pb if case.fault("buffer.process") else self.pa
+        return self._range(case.fault("buffer.range"), process, self.src.view(0, 16), self.other.view(0, 16))
+
+    def entries(self, case: Case) -> Any:
+        whole = case.fault("local_buffers")
+        if whole == "'x'":
+            return "x"
+        out: list[Any] = []
+        for i, (offset, length) in enumerate(((0, 16), (16, 0))):
+            slot = f"local_buffers[{i}]"
+            shape = case.fault(slot)
+            if shape == "None":
+                out.append(None)
+                continue
+            if shape == "(42, handle)":
+                out.append((42, self.h))
+                continue
+            process = self.pb if case.fault(f"{slot}.process") else self.pa
+            buffer = self._range(case.fault(f"{slot}.range"), process, self.src.view(offset, length),
+                                 self.other.view(offset, length))
+            out.append((buffer, self.h))
+        if case.call.endswith("_burst"):
+            out = out[:1]
+        if whole is not None:  # too many entries
+            out += [(self.src.view(0, 16), self.h)] * (MAX_SGE + 1 - len(out))
+        return out
+
+    def target(self, case: Case) -> tuple[Any, Any]:
+        descriptor = {None: self.desc, "4 bytes": b"\0" * 4, "a str": "x" * DESCRIPTOR_SIZE}[case.fault("descriptor")]
+        offset = {None: 0, "1.0": 1.0, "None": None}[case.fault("offset")]
+        return descriptor, offset
+
+    def make(self, case: Case) -> Callable[[], object]:
+        """The call of ``case``, ready to make."""
+        p, sock, call = self.provider, self.socket(case), case.call
+        if call.startswith("register"):
+            access = {None: Access.READ, "0": 0, "True": True, "4": 4}[case.fault("access")]
+            if call == "register_memory":
+                return lambda: p.register_memory(sock, self.buffer(case), access)
+            size = {None: None, "'20'": "20", "4": 4}[case.fault("descriptor_size")]
+            return lambda: p.register_rdma_memory(sock, self.buffer(case), access, size)
+        if call == "deregister_memory":
+            handle = {None: self.h, "unknown": 0x7FFF_FFFF, "'7'": "7", "a pending receive's": self.hu}[
+                case.fault("handle")]
+            return lambda: p.deregister_memory(sock, handle)
+        if call == "deregister_rdma_memory":
+            desc = {None: self.desc, "4 bytes": b"\0" * 4, "a str": "x" * DESCRIPTOR_SIZE,
+                    "unknown": b"\xff" * DESCRIPTOR_SIZE}[case.fault("descriptor")]
+            return lambda: p.deregister_rdma_memory(sock, desc)
+        if call == "getsockopt":
+            option = {None: SO_RDMA_THRESHOLD_SIZE, "1": 1, "'x'": "x",
+                      f"{float(SO_MAX_RDMA_SIZE)}": float(SO_MAX_RDMA_SIZE)}[case.fault("option")]
+            return lambda: p.getsockopt(sock, option)
+        if call == "close_socket":
+            return lambda: p.close_socket(sock)
+        entries = self.entries(case)
+        if call in ("send", "recv"):
+            return lambda: getattr(p, call)(sock, entries)
+        descriptor, offset = self.target(case)
+        if call in ("rdma_write", "rdma_read"):
+            return lambda: getattr(p, call)(sock, entries, descriptor, offset)
+        count = {None: 2, "0": 0, "'2'": "2"}[case.fault("count")]
+        depth = {None: 1, "0": 0}[case.fault("depth")]
+        burst = rdma_write_burst if call == "rdma_write_burst" else rdma_read_burst
+        return lambda: burst(p, sock, entries, descriptor, offset, count=count, depth=depth)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        for sock in (self.sa, self.sb, self.sd, self.sq, self.sq_peer):
+            owner = self.provider if sock in (self.sa, self.sd, self.sq) else self.peer
+            owner.close_socket(sock)
+
+
+def answer_of(outcome: BaseException | None) -> str:
+    if outcome is None:
+        return "returned"
+    if isinstance(outcome, SanError):
+        return outcome.code.name + (f" (required_size {outcome.required_size})" if outcome.required_size else "")
+    return type(outcome).__name__
+
+
+def want(case: Case) -> str:
+    from pytest_san.checks import answer
+
+    expected = answer(case.call, case.expected)
+    return expected + (f" (required_size {DESCRIPTOR_SIZE})" if case.expected == "descriptor_size.small" else "")
+
+
+def run_pairs(backend: Backend, chosen: Sequence[Case], answers: dict[str, str] | None = None) -> list[str]:
+    """Make every case of ``chosen`` on ``backend``: the problems found (empty: every answer is the table's and
+    nothing changed). ``answers`` gets each case's answer, by its id."""
+    world = World(backend)
+    problems = []
+    try:
+        for case in chosen:
+            try:
+                world.make(case)()
+                outcome: BaseException | None = None
+            except (SanError, TypeError, ValueError) as exc:
+                outcome = exc
+            got, expected = answer_of(outcome), want(case)
+            if answers is not None:
+                answers[case.id] = got
+            if got != expected:
+                problems.append(f"{case.id}: answered {got}, the table says {expected} ({case.expected})")
+            after = world.snapshot()
+            if after != world.baseline:
+                changed = [str(q[:2]) for q, was, now in zip(world.questions(), world.baseline, after, strict=True)
+                           if was != now]
+                problems.append(f"{case.id}: changed {', '.join(changed)}")
+                break  # the world is not what the next case expects
+    finally:
+        world.close()
+    leaks = backend.leaks()
+    if leaks:
+        problems.append(f"left behind: {leaks}")
+    return problems
+
+
+def by_call(chosen: Sequence[Case]) -> Iterator[tuple[str, list[Case]]]:
+    for call in SLOTS:
+        picked = [c for c in chosen if c.call == call]
+        if picked:
+            yield call, picked
