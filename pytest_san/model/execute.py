@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..contract import VALID_ACCESS, Access, SanError
+from ..contract import VALID_ACCESS, Access, SanError, Status
 from ..protocols import Answering, Call, PendingOperation, Provider, Question, Socket
 from ..together import make, together
 from .alternatives import RNR_BOUNDED
@@ -232,7 +232,7 @@ class Side:
             return None
         seen = None
         for sock, op in self._old_waiting_sends(model):
-            if self.ops[op].done():
+            if self._gave_up(op):
                 gave_up = Seen(model.gave_up(sock))
                 self._completions(gave_up)
                 seen = _merged(seen or Seen(Expect()), gave_up)
@@ -246,7 +246,13 @@ class Side:
                 if op in self.ops and now - self.posted.get(op, now) > GIVE_UP_AFTER]
 
     def _gave_up_meanwhile(self, model: Model) -> bool:
-        return any(self.ops[op].done() for _, op in self._old_waiting_sends(model))
+        return any(self._gave_up(op) for _, op in self._old_waiting_sends(model))
+
+    def _gave_up(self, op: int) -> bool:
+        """The waiting send ``op`` ended on its own: done, and not delivered. A send the step itself let
+        complete (a receive the peer posted) is done too, and the model delivers it: it did not give up."""
+        pending = self.ops[op]
+        return pending.done() and pending.wait(0).status != Status.SUCCESS
 
     def _settled_check(self, seen: Seen, *, full: bool) -> None:
         """The checks; if they fail while a send gave up waiting after the call, again once the model knows."""

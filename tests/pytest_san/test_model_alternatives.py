@@ -146,6 +146,47 @@ def test_a_give_up_seen_with_a_step_is_not_compared_with_the_other_backend() -> 
     assert step.answer() != emulator.answer()
 
 
+def test_a_waiting_send_the_step_delivered_did_not_give_up() -> None:
+    """A send waiting longer than GIVE_UP_AFTER that completes SUCCESS because the step posted the peer's
+    receive was delivered, not given up (send-wait-bounded): the model must not be rewound to a give-up.
+
+    Found by CI's model on rxe 6.12 (differential, seed 1, sequence 54, did not reproduce on replay): at a
+    step whose receive let an old waiting send complete, another check failed, the run took the send's
+    done() for a give-up, judged the step again on a model where the send and the RDMA writes behind it
+    had ended, and reported the writes' bytes, which had landed, as a divergence."""
+    import time
+
+    from pytest_san.contract import Status
+    from pytest_san.model.execute import Side
+    from pytest_san.model.steps import Key, Transfer
+    from pytest_san.types import Completion
+
+    class Op:
+        def __init__(self, completion: Completion | None) -> None:
+            self.completion = completion
+
+        def done(self) -> bool:
+            return self.completion is not None
+
+        def wait(self, timeout: float | None = 10.0) -> Completion:
+            assert self.completion is not None
+            return self.completion
+
+    alts = alternatives.active({"verbs"})
+    assert alternatives.RNR_BOUNDED in alts
+    model = _model(alts)
+    model.apply(Transfer(0, "send", (((0, 0, 0, 8), Key(reg=1)),), op=3))
+    assert model.waiting_sends() == [(0, 3)]
+    side = Side("hil", None, alts, full=False)  # type: ignore[arg-type]  # no backend: nothing is called
+    side.posted = {3: time.monotonic() - 10}
+    verdicts = {}
+    for name, completion in (("pending", None), ("delivered", Completion(Status.SUCCESS, 8)),
+                             ("gave up", Completion(Status.CONNECTION_RESET))):
+        side.ops = {3: Op(completion)}  # type: ignore[dict-item]
+        verdicts[name] = side._gave_up_meanwhile(model)
+    assert verdicts == {"pending": False, "delivered": False, "gave up": True}
+
+
 def _model(alts: frozenset[str], *, sends_wait: bool = True) -> Any:
     from pytest_san.model.reference import Model
     from pytest_san.model.steps import Register, plan_for
