@@ -88,7 +88,11 @@ class Lab:
         python = host.pyverbs_python()
         assert python is not None
         self.python = python
-        self.workarounds = {w.name for w in quirks.applied(quirks.driver_of(self.device))}
+        self.driver = quirks.driver_of(self.device)
+        self.workarounds = {w.name for w in quirks.applied(self.driver)}
+        # rxe before 6.12 ends a send's wait on its own after about 2 s, CONNECTION_RESET (the model's
+        # send-wait-bounded; `san-hil lab reproduce rxe-send-wait-bounded`)
+        self.wait_bounded = self.driver == "rxe" and (quirks.kernel_series(os.uname().release) or (0, 0)) < (6, 12)
 
 
 @pytest.fixture(scope="module")
@@ -710,6 +714,8 @@ def test_r4_peer_closed_or_killed_is_connection_reset(spawn: Callable[..., host.
 def test_window_bind_and_invalidate_behind_a_waiting_send(lab: Lab, spawn: Callable[..., host.ChildProcess]) -> None:
     a, b = spawn(), spawn()
     needs_rnr(a)
+    if lab.wait_bounded:
+        pytest.skip("this kernel's rxe ends a waiting send after about 2 s: nothing stays queued behind one")
     sa, sb = connect(a, b)
     src, h = source(a, sa, DATA)
     send = a.call("send", socket=sa, buffers=[[src, 64, h]])  # waits: b has posted no receive
@@ -724,8 +730,8 @@ def test_window_bind_and_invalidate_behind_a_waiting_send(lab: Lab, spawn: Calla
     assert again["status"] == Status.ACCESS_VIOLATION.value
     pending = not a.call("op_done", op_id=send)
     # A window made and released behind a send the peer lets wait (RNR retries meanwhile): the send still
-    # completes once the receive comes, and the connection goes on (rxe 6.12 replays a bind or invalidate
-    # posted behind a retried request and breaks the QP: rxe-local-op-replayed).
+    # completes once the receive comes, and the connection goes on (rxe-local-op-replayed: rxe 6.12 replays
+    # a bind or invalidate posted behind a retried request and breaks the QP; on 6.1 the send hangs).
     sa2, sb2 = connect(a, b)
     src2, h2 = source(a, sa2, DATA)
     send2 = a.call("send", socket=sa2, buffers=[[src2, 64, h2]])

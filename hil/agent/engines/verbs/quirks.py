@@ -63,11 +63,11 @@ WORKAROUNDS: tuple[Workaround, ...] = (
                broken_from=(6, 12)),
     Workaround("rxe-local-op-replayed", "rxe",
                "a memory-window bind or a local invalidate posted behind a request still waiting on the peer "
-               "(an RNR NAK retry) is replayed with that request: the second bind or invalidate fails, the QP "
-               "goes to error and every request is flushed",
+               "(RNR NAK retries) breaks that request: 6.12 replays it with the retry, the second one fails, "
+               "the QP goes to error and every request is flushed; on 6.1 the waiting request never "
+               "completes, neither when its retries run out nor once the peer's receive comes",
                "while a send, RDMA write or read is outstanding on the socket, a window is an MR with the "
-               "remote rights and its release is the dealloc alone (no bind or invalidate is posted)",
-               broken_from=(6, 12)),
+               "remote rights and its release is the dealloc alone (no bind or invalidate is posted)"),
 )
 
 
