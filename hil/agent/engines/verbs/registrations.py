@@ -40,6 +40,14 @@ from pytest_san.contract import (
 )
 
 
+def _register_mr(sock: Socket, address: int, length: int, flags: int) -> Any:
+    """An MR of ``length`` bytes at ``address`` in the socket's PD; a refusal of the device is WSAENOBUFS."""
+    try:
+        return MR(sock.pd, length, flags, address=address)
+    except Exception as exc:
+        raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
+
+
 class Registrations:
     """Owns nothing of its own: the registrations live in their socket's tables (``Socket.handles``,
     ``Socket.windows``, ``Socket.by_range``); this part makes, counts and releases them.
@@ -76,11 +84,7 @@ class Registrations:
         if reg is not None:
             reg.refs += 1  # R13: the same handle, reference counted
             return reg.key
-        flags = 0 if access == Access.READ else e.IBV_ACCESS_LOCAL_WRITE
-        try:
-            mr = MR(sock.pd, length, flags, address=address)
-        except Exception as exc:
-            raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
+        mr = _register_mr(sock, address, length, 0 if access == Access.READ else e.IBV_ACCESS_LOCAL_WRITE)
         reg = Registration("memory", int(mr.lkey), address, length, access, mr, None)
         sock.handles[reg.key] = reg
         sock.by_range[key] = reg
@@ -118,18 +122,12 @@ class Registrations:
     def _register_rdma_mr(self, sock: Socket, address: int, length: int, access: int, remote: int) -> Registration:
         """Without type-2 windows: the MR itself carries the remote rights; being in the socket's PD, it is
         reachable through the socket's QP only."""
-        try:
-            mr = MR(sock.pd, length, e.IBV_ACCESS_LOCAL_WRITE | remote, address=address)
-        except Exception as exc:
-            raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
+        mr = _register_mr(sock, address, length, e.IBV_ACCESS_LOCAL_WRITE | remote)
         return Registration("rdma", int(mr.rkey), address, length, access, mr, None)
 
     def _register_rdma_window(self, sock: Socket, address: int, length: int, access: int,
                               remote: int) -> Registration:
-        try:
-            mr = MR(sock.pd, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND, address=address)
-        except Exception as exc:
-            raise SanError(WsaError.WSAENOBUFS, f"ibv_reg_mr of {length} bytes at {address:#x} failed: {exc}") from None
+        mr = _register_mr(sock, address, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND)
         try:
             mw = MW(sock.pd, e.IBV_MW_TYPE_2)
         except Exception as exc:
