@@ -1,5 +1,11 @@
 """``san-hil mutants``: the conformance suite against every entry of the mutation corpus (``pytest_san.mutants``),
-on the emulator or on an inventory's hosts, and the kill matrix of what it caught.
+or against an author's own (``--plugin``), on the emulator or on an inventory's hosts, and the kill matrix of
+what it caught.
+
+``--plugin MODULE`` (repeatable; a module name, a .py file or a directory of modules) runs the author's
+planted bugs and legal variants *instead of* the shipped corpus; ``--corpus`` adds the shipped corpus to them.
+Each is checked before anything runs (``pytest_san.mutants.plugins``) and its directory goes on the runs'
+``PYTHONPATH``.
 
 First the suite runs on the providers as they are (the baseline: what it fails there proves nothing about an
 entry), then once per entry with the entry's plugin loaded (``-p``), each a pytest subprocess writing its
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,7 +39,8 @@ from typing import Any
 
 from hil.tools.arguments import INVENTORY_HELP
 from hil.tools.report_files import load_object
-from pytest_san.mutants import Entry, select
+from pytest_san.mutants import Entry, corpus, select
+from pytest_san.mutants.plugins import plugin_entries
 from pytest_san.report import RULE_IDS
 
 BASELINE = "baseline"
@@ -66,8 +74,11 @@ def pytest_argv(run: Run, target: str, backend: Sequence[str], extra: Sequence[s
             *backend, f"--san-report={run.report}", *extra]
 
 
-def execute(run: Run, argv: Sequence[str], timeout: float) -> Run:
+def execute(run: Run, argv: Sequence[str], timeout: float, path: Sequence[str] = ()) -> Run:
+    """Run ``argv``; ``path``: directories put first on its ``PYTHONPATH`` (where an author's plugins are)."""
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join([*path, *filter(None, [os.environ.get("PYTHONPATH")])])
     with run.log.open("wb") as log:
         try:
             run.exit_status = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -76,7 +87,6 @@ def execute(run: Run, argv: Sequence[str], timeout: float) -> Run:
             run.exit_status = -9
     run.data = load_object(run.report)
     return run
-
 
 
 def failed_rules(data: Mapping[str, Any]) -> set[str]:
@@ -202,8 +212,9 @@ def run_corpus(entries: Sequence[Entry], out: Path, backend: Sequence[str], extr
     else:
         base.exit_status, base.data = 0, load_object(baseline)
     work += [(run, pytest_argv(run, "pytest_san.model", backend, [*(model or ()), *extra])) for run in model_runs]
+    path = list(dict.fromkeys(e.path for e in entries if e.path is not None))
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(execute, run, argv, timeout): run for run, argv in work}
+        futures = {pool.submit(execute, run, argv, timeout, path): run for run, argv in work}
         for done in concurrent.futures.as_completed(futures):
             run = done.result()
             state = run.error or f"failed {', '.join(sorted(failed_rules(run.data), key=RULE_IDS.index)) or 'nothing'}"
@@ -224,10 +235,31 @@ def run_corpus(entries: Sequence[Entry], out: Path, backend: Sequence[str], extr
     return result
 
 
+def entries_in_play(plugins: Sequence[str], with_corpus: bool, only: str | None) -> list[Entry]:
+    """The entries to run: the author's ``plugins`` (with ``with_corpus``, the shipped corpus after them), or
+    the shipped corpus alone when there are none; ``only`` picks among them. A ValueError says what is wrong."""
+    mine = plugin_entries(plugins)
+    shipped = corpus() if with_corpus or not plugins else []
+    clash = sorted({e.name for e in mine} & {e.name for e in shipped})
+    if clash:
+        raise ValueError(f"--plugin: {', '.join(clash)}: the shipped corpus has an entry of that name "
+                         f"(rename yours, or leave out --corpus)")
+    where = ("in the mutation corpus" if not plugins else "among the --plugin modules" if not shipped
+             else "among the --plugin modules and the mutation corpus")
+    names = [n for n in only.split(",") if n] if only else None
+    try:
+        return select(names, [*mine, *shipped], where)
+    except ValueError as exc:
+        unknown = [n for n in names or () if n not in {e.name for e in mine}]
+        if plugins and not shipped and any(e.name in unknown for e in corpus()):
+            raise ValueError(f"{exc}; with --plugin the shipped corpus runs only with --corpus") from None
+        raise
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
-        entries = select(args.only.split(",") if args.only else None)
-    except ValueError as exc:
+        entries = entries_in_play(args.plugin or [], args.corpus, args.only)
+    except ValueError as exc:  # PluginError too
         print(f"san-hil mutants: {exc}", file=sys.stderr)
         return 2
     backend: list[str] = []
@@ -246,7 +278,9 @@ def _run(args: argparse.Namespace) -> int:
         if args.model_seed is not None:
             model.append(f"--san-model-seed={args.model_seed}")
     out = Path(args.out)
-    print(f"san-hil mutants: {len(entries)} entries on {'the inventory hosts' if backend else 'the emulator'}, "
+    yours = sum(1 for e in entries if e.path is not None)
+    print(f"san-hil mutants: {len(entries)} entries{f' ({yours} from --plugin)' if yours else ''} on "
+          f"{'the inventory hosts' if backend else 'the emulator'}, "
           f"{jobs} at a time; results in {out}", file=sys.stderr, flush=True)
     baseline = Path(args.baseline) if args.baseline else None
     if baseline is not None and not load_object(baseline).get("rules"):
@@ -269,20 +303,49 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _seconds(text: str) -> float:
+    """A time limit: a finite number of seconds above zero (argparse shows the error with the option's name)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text!r}")
+    return value
+
+
 def add_mutants_command(commands: Any) -> None:
     parser = commands.add_parser(
-        "mutants", help="run the conformance suite against the shipped mutation corpus and print the kill matrix",
+        "mutants", help="run the conformance suite against the shipped mutation corpus (or your own planted bugs: "
+             "--plugin) and print the kill matrix",
         description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--inventory", default=None, help=f"run on these hosts (hil) instead of the emulator; "
                                                           f"{INVENTORY_HELP}")
     parser.add_argument("--limit", default=None, metavar="NAMES", help="with --inventory: the hosts to use "
                                                                        "(comma-separated names; default: all)")
-    parser.add_argument("--only", default=None, metavar="NAME,...", help="run only these entries of the corpus")
+    parser.add_argument("--plugin", action="append", default=None, metavar="MODULE",
+                        help="run your own entry instead of the shipped corpus: a plugin module importable from "
+                             "here or PYTHONPATH, a .py file, or a directory (each module in it); its BREAKS names "
+                             "the rules it breaks, none for a legal variant (repeatable)")
+    parser.add_argument("--corpus", action="store_true",
+                        help="with --plugin: run the shipped corpus too (without --plugin it is what runs)")
+    parser.add_argument("--only", default=None, metavar="NAME,...",
+                        help="run only these entries (of the corpus, or of the --plugin modules)")
     parser.add_argument("--out", default="mutants", metavar="DIR", help="where mutants.json, each entry's report "
                                                                         "and log go (default: ./mutants)")
-    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+    parser.add_argument("--jobs", type=_count, default=None, metavar="N",
                         help="suite runs at once (default: the CPU count on the emulator, 1 on hosts)")
-    parser.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=_seconds, default=1800.0, metavar="SECONDS",
                         help="give up on one run after this long (default: 1800)")
     parser.add_argument("--focus", action="store_true",
                         help="run each bug only on the scenarios of the rules it breaks (--san-rules): faster, but a "

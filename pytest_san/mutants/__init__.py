@@ -9,7 +9,8 @@ Its ``BREAKS`` names the rules the bug breaks, its docstring why the bug is real
 the capabilities without which the bug cannot show at all (a recoded out-of-memory error needs fault
 injection to be provoked). Each module of ``pytest_san.mutants.legal`` is a variant the contract allows
 (``BREAKS`` is empty): the suite must pass it. ``san-hil mutants`` runs the suite against every entry and
-prints the kill matrix.
+prints the kill matrix; with ``--plugin`` it runs an author's own modules, declared the same way
+(``pytest_san.mutants.plugins``).
 
 Every entry wraps the provider or proxy it is given and uses only the public protocols
 (``pytest_san.mutants.wrapping``), so the same corpus runs on the emulator and on lab hosts.
@@ -37,6 +38,7 @@ class Entry:
     breaks: tuple[str, ...]  # rule ids (empty for a legal variant)
     needs: tuple[str, ...]  # capabilities without which the bug cannot show
     summary: str  # the docstring's first line
+    path: str | None = None  # where an author's plugin is imported from (``plugins``); None: the package's own
 
 
 def _entry(kind: str, module: ModuleType) -> Entry:
@@ -63,17 +65,19 @@ def corpus() -> list[Entry]:
     return found
 
 
-def select(names: list[str] | None) -> list[Entry]:
-    """The entries named (all when ``names`` is None); a ValueError naming any unknown one."""
-    entries = corpus()
+def select(names: list[str] | None, entries: list[Entry] | None = None,
+           where: str = "in the mutation corpus") -> list[Entry]:
+    """The entries named (all when ``names`` is None) among ``entries`` (the corpus when None), each by its
+    name (an author's plugin also by its module); a ValueError naming any unknown one."""
+    entries = corpus() if entries is None else entries
     if names is None:
         return entries
-    by_name = {e.name: e for e in entries}
+    by_name = {e.name: e for e in entries} | {e.module: e for e in entries if e.path is not None}
     unknown = [n for n in names if n not in by_name]
     if unknown:
-        raise ValueError(f"no such entry in the mutation corpus: {', '.join(unknown)} "
-                         f"(known: {', '.join(sorted(by_name))})")
-    return [by_name[n] for n in dict.fromkeys(names)]
+        raise ValueError(f"no such entry {where}: {', '.join(unknown)} "
+                         f"(known: {', '.join(sorted(e.name for e in entries))})")
+    return list({id(e): e for e in (by_name[n] for n in names)}.values())
 
 
 __all__ = ["Entry", "corpus", "select"]

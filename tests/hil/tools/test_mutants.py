@@ -84,3 +84,118 @@ def test_every_entry_loads_as_a_plugin(name: str, pytester: pytest.Pytester) -> 
     (entry,) = select([name])
     pytester.makepyfile("def test_backend(san_backend): pass")
     pytester.runpytest("-p", entry.module).assert_outcomes(passed=1)
+
+
+# --- an author's own entries: --plugin ----------------------------------------------------------
+
+MY_BUG = '''
+"""RDMA registrations asked READ are made READWRITE: a peer may write them."""
+from pytest_san import Access
+
+BREAKS = ("R6",)
+
+
+class WritableReads:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def register_rdma_memory(self, socket, buffer, access, descriptor_size=None):
+        if access is Access.READ:
+            access = Access.READWRITE
+        return self.inner.register_rdma_memory(socket, buffer, access, descriptor_size)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def pytest_san_make_provider(config, node, provider):
+    return WritableReads(provider)
+'''
+
+MY_LEGAL = '''
+"""Forwards everything: a legal variant (no BREAKS)."""
+
+
+class Same:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def pytest_san_make_provider(config, node, provider):
+    return Same(provider)
+'''
+
+
+def test_an_authors_bug_and_legal_variant_run_instead_of_the_corpus(tmp_path: Path) -> None:
+    (tmp_path / "my_bug.py").write_text(MY_BUG)
+    (tmp_path / "my_legal.py").write_text(MY_LEGAL)
+    result, data = _mutants(tmp_path, "--plugin", "my_bug", "--plugin", "my_legal", "--focus")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert data["mutants"] == {"my_bug": {"failed": ["R6"], "breaks": ["R6"], "verdict": "caught"}}
+    assert data["legal"] == {"my_legal": {"failed": []}}
+    assert "1 of 1 applicable bugs caught" in result.stdout and "1 of 1 legal variants passed" in result.stdout
+    assert "2 entries (2 from --plugin)" in result.stderr
+
+
+def test_a_directory_of_plugins_with_the_corpus_and_only(tmp_path: Path) -> None:
+    """Every module of a directory is an entry (not _* or conftest); --corpus adds the shipped entries and
+    --only picks among both."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "my_bug.py").write_text(MY_BUG)
+    (mine / "my_legal.py").write_text(MY_LEGAL)
+    (mine / "_helpers.py").write_text("raise RuntimeError('not an entry')\n")
+    (mine / "conftest.py").write_text("raise RuntimeError('not an entry')\n")
+    result, data = _mutants(tmp_path, "--plugin", "mine", "--corpus", "--only", "my_bug,no_rdma_read", "--focus")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert list(data["mutants"]) == ["my_bug"] and data["mutants"]["my_bug"]["verdict"] == "caught"
+    assert data["legal"] == {"no_rdma_read": {"failed": []}}
+
+
+def test_a_package_directory_imports_its_modules_as_the_packages(tmp_path: Path) -> None:
+    package = tmp_path / "mybugs"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "access.py").write_text(MY_BUG)
+    (package / "again.py").write_text('from .access import pytest_san_make_provider\n\nBREAKS = ["R6"]\n')
+    result, data = _mutants(tmp_path, "--plugin", "mybugs", "--only", "mybugs.again", "--focus")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert data["mutants"] == {"again": {"failed": ["R6"], "breaks": ["R6"], "verdict": "caught"}}
+
+
+@pytest.mark.parametrize(("files", "argv", "message"), [
+    ({"broken.py": "import no_such_package_here\n"}, ["--plugin", "broken"],
+     "--plugin broken: cannot import broken: ModuleNotFoundError: No module named 'no_such_package_here'"),
+    ({"wrong.py": MY_BUG.replace('("R6",)', '("R6", "R99", "read-only")')}, ["--plugin", "wrong"],
+     "--plugin wrong: wrong.BREAKS names 'R99', 'read-only', not rule ids (known: R1, "),
+    ({"bare.py": MY_BUG.replace('("R6",)', '"R6"')}, ["--plugin", "bare.py"],
+     "--plugin bare.py: bare.BREAKS must be a tuple of rule ids such as ('R6',), got 'R6'"),
+    ({"nohook.py": "BREAKS = ()\n"}, ["--plugin", "nohook"], "--plugin nohook: nohook is no pytest plugin"),
+    ({}, ["--plugin", "absent.py"], "--plugin absent.py: no such file"),
+    ({"empty/README": ""}, ["--plugin", "empty"], "--plugin empty: a directory without modules"),
+    ({"my_bug.py": MY_BUG}, ["--plugin", "my_bug", "--only", "no_rdma_read"],
+     "no such entry among the --plugin modules: no_rdma_read (known: my_bug); with --plugin the shipped corpus "
+     "runs only with --corpus"),
+    ({"no_rdma_read.py": MY_LEGAL}, ["--plugin", "no_rdma_read", "--corpus"],
+     "--plugin: no_rdma_read: the shipped corpus has an entry of that name"),
+])
+def test_a_bad_plugin_is_one_line_naming_it(tmp_path: Path, files: dict[str, str], argv: list[str],
+                                            message: str) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result, data = _mutants(tmp_path, *argv)
+    assert result.returncode == 2 and data == {}
+    assert result.stderr.splitlines() == [result.stderr.splitlines()[0]], "one line, no traceback"
+    assert result.stderr.startswith(f"san-hil mutants: {message}"), result.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon"])
+def test_a_timeout_that_is_no_positive_number_is_refused(tmp_path: Path, value: str) -> None:
+    result, data = _mutants(tmp_path, "--only", "no_rdma_read", f"--timeout={value}")
+    assert result.returncode == 2 and data == {} and not (tmp_path / "out").exists()
+    assert result.stderr.splitlines()[-1].startswith("san-hil mutants: error: argument --timeout: ")
+    assert "Traceback" not in result.stderr
