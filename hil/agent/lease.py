@@ -1,21 +1,36 @@
-"""The agent's lease on its host: a name in Linux's abstract socket namespace, held for the agent's life.
+"""The agent's lease on what it drives: a name in Linux's abstract socket namespace, held for the agent's life.
 Python 3.9+, standard library.
 
-At start the agent binds and listens on the abstract UNIX socket ``pytest-san-lease/<scope>/<host>``
-(``<host>`` the inventory host name, ``<scope>`` a digest of the directory the agent was pushed to,
-``san_remote_tmp`` or ``/tmp``) and keeps it until it exits. Binding a name that a live socket holds fails,
-and the kernel frees the name with the socket's last descriptor, so a dead agent, controller or SSH
-connection frees the host at once: there is no stale lock to clean by hand.
+At start the agent binds and listens on an abstract UNIX socket and keeps it until it exits. Binding a name
+that a live socket holds fails, and the kernel frees the name with the socket's last descriptor, so a dead
+agent, controller or SSH connection frees the lease at once: there is no stale lock to clean by hand.
 
-A host's NIC is one, whoever uses it: the name is the same for every user of the host, so leases exclude
-across users. Being no file, a lease cannot be planted (a name is held only by a live process), broken or
-stolen (only its holder can close its socket) by another user, and any user can take a free one. The
-namespace is the network namespace's: agents in different network namespaces (containers with a network
-of their own) do not see each other's leases.
+The name is that of what the agent holds on this machine, never the inventory's name for the machine, so
+two inventories (or users) that name one machine differently still exclude each other:
 
-Whoever finds the name taken connects to it: the holder's thread answers with its record (controller, pid,
-worker, run, user, since) and closes; the kernel's word on who listens (``SO_PEERCRED``: pid and uid) is
-the record when the holder does not answer in time. The socket is close-on-exec and the agent never forks
+* a ``verbs`` agent leases the RDMA device: ``pytest-san-lease/verbs/<device>`` (``san_device``, else the
+  device the engine will pick: the first with an ACTIVE port). Two agents on one device exclude each other,
+  whoever started them, whatever ``san_remote_tmp`` they use; two devices of one machine are two leases.
+* an ``emulator`` agent holds nothing of its machine (its SAN is in the agent's process), so its lease is
+  its inventory host's, in its ``san_remote_tmp``'s scope: ``pytest-san-lease/<digest>/<host>``. That is
+  what lets one machine serve several emulator hosts (the project's own tests run two over one sshd).
+
+The abstract namespace is the kernel's (per network namespace), so the machine is implicit in the name:
+agents in other network namespaces (containers with a network of their own) do not see these leases.
+
+Whoever finds the name taken connects to it. Who holds it is the kernel's word: ``SO_PEERCRED`` gives the
+listener's pid and uid, ``/proc/<pid>/status`` and ``/proc/<pid>/cmdline`` its user and command line. The
+holder then answers with its record (worker, run, controller, pid, since): that is only the holder's claim,
+so it is kept only when the command line is an agent's, only its known keys, each cut to a short token of
+plain characters; the kernel's facts always win. A process that is no agent is shown as what it is (uid,
+user, pid, command line), never with what it says. Reading the answer has a total deadline and a size cap,
+so a holder that trickles bytes costs at most ``_ANSWER_TIMEOUT`` seconds.
+
+What another local user can and cannot do: any user takes a free lease; no user can break or steal another's
+(only its holder can close its socket, and a second bind of a held name fails) or plant one (a name is held
+only by a live process, and nothing on disk stands for a lease). A user *can* hold the lease, with any
+process, for as long as that process lives: that is what a lease is for (the holder has the NIC), and such a
+holder is shown by its uid, pid and command line. The socket is close-on-exec and the agent never forks
 without exec, so no child keeps the lease.
 """
 
@@ -36,9 +51,16 @@ from datetime import datetime, timezone
 from typing import Any
 
 PREFIX = "pytest-san-lease/"
-_ANSWER_TIMEOUT = 2.0  # seconds a holder gets to answer who it is
+_ANSWER_TIMEOUT = 2.0  # seconds, in all, that a holder gets to accept and answer who it is
+_ANSWER_LIMIT = 4096  # bytes of a holder's answer that are read at most
 _TRIES = 50  # x 20 ms: a name being bound or released, or a holder not listening yet
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# What a holder may claim about itself, and what each claim may hold: a short token (worker and run ids,
+# host names, ISO times), so a claim can never read as the kernel's facts or as a sentence.
+CLAIMS = ("worker", "run", "controller", "pid", "since", "host", "agent_host")
+_TOKEN = re.compile(r"[A-Za-z0-9._:+@-]{1,64}")
+_AGENT = re.compile(r"(^|/)hil/agent/__main__\.py$")
+_COMMAND_LIMIT = 300  # characters of a holder's command line that are shown
 
 
 def now_iso() -> str:
@@ -46,12 +68,33 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).astimezone().isoformat(timespec="milliseconds")
 
 
-def lease_name(scope: str, host: str) -> str:
-    """The abstract socket name of inventory host ``host`` in ``scope`` (the agents' directory): readable
-    in ``ss -xl`` (the host's name, cut to what the namespace allows), unique by digest."""
+def _safe(text: str, limit: int = 60) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:limit] or "_"
+
+
+def lease_name(scope: str, host: str, engine: str = "emulator", device: str | None = None) -> str:
+    """The abstract socket name of an agent's lease (readable in ``ss -xl``, cut to what the namespace allows).
+
+    ``verbs``: the RDMA ``device`` alone (the machine's NIC, whatever the inventory calls the machine, wherever
+    the agent was pushed); ``emulator``: inventory host ``host`` in ``scope`` (the agents' directory), unique
+    by digest."""
+    if engine == "verbs":
+        return f"{PREFIX}verbs/{_safe(device or '?')}"
     digest = hashlib.sha256(f"{os.path.normpath(scope)}\0{host}".encode()).hexdigest()[:16]
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", host)[:60] or "_"
-    return f"{PREFIX}{digest}/{safe}"
+    return f"{PREFIX}{digest}/{_safe(host)}"
+
+
+def verbs_device(device: str | None) -> str:
+    """The device a verbs agent leases: ``device`` (san_device), else the one the engine picks (the first
+    with an ACTIVE port), else "?" (no device: the engine says why it cannot start, after the lease)."""
+    if device:
+        return device
+    try:
+        from hil.agent.engines.verbs.devices import NoRdmaDevice, select_device
+
+        return select_device(None)[0]
+    except (ImportError, OSError, NoRdmaDevice):
+        return "?"
 
 
 def _address(name: str) -> bytes:
@@ -63,6 +106,56 @@ def _user(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def _read_proc(pid: int, what: str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/{what}", "rb") as f:
+            return f.read(65536)
+    except OSError:
+        return None
+
+
+def process_facts(pid: int, uid: int) -> dict[str, Any]:
+    """What the kernel says of process ``pid`` (a lease's listener, by ``SO_PEERCRED``): its uid and user,
+    its command line (``command``, cut; "" when /proc hides it) and whether that is an agent's (``agent``)."""
+    facts: dict[str, Any] = {"agent_pid": pid, "uid": uid, "user": _user(uid), "command": "", "agent": False}
+    if pid <= 0:  # the listener is in a PID namespace this process cannot see
+        facts["command"] = "(a process of another PID namespace)"
+        return facts
+    status = _read_proc(pid, "status")
+    cmdline = _read_proc(pid, "cmdline")
+    if status is None:  # gone, or /proc mounted with hidepid
+        facts["command"] = "(gone, or hidden by /proc)"
+        return facts
+    found = re.search(rb"^Uid:\s+(\d+)", status, re.M)
+    if found is None or int(found.group(1)) != uid:  # the pid was reused: a process that holds nothing
+        facts["command"] = "(gone: its pid is now another process's)"
+        return facts
+    args = [a.decode(errors="replace") for a in (cmdline or b"").split(b"\0") if a]
+    if not args:
+        name = re.search(rb"^Name:\s*(.*)$", status, re.M)
+        args = [f"[{name.group(1).decode(errors='replace')}]" if name else "?"]
+    text = " ".join(args)
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    facts["command"] = text if len(text) <= _COMMAND_LIMIT else text[:_COMMAND_LIMIT] + "..."
+    facts["agent"] = any(_AGENT.search(a) for a in args[:4])  # python3 [an option or two] __main__.py
+    return facts
+
+
+def claims(answer: object) -> dict[str, Any]:
+    """The keys of ``CLAIMS`` in a holder's answer whose values are short plain tokens (pid: a number)."""
+    if not isinstance(answer, dict):
+        return {}
+    kept: dict[str, Any] = {}
+    for key in CLAIMS:
+        value = answer.get(key)
+        if key == "pid":
+            if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 22:
+                kept[key] = value
+        elif isinstance(value, str) and _TOKEN.fullmatch(value):
+            kept[key] = value
+    return kept
 
 
 class Lease:
@@ -99,46 +192,73 @@ class Lease:
         self._thread.join(_ANSWER_TIMEOUT)
 
 
+def _answer(conn: socket.socket, deadline: float) -> tuple[bytes, str]:
+    """Up to a line of at most ``_ANSWER_LIMIT`` bytes, read before ``deadline``: (the bytes, what went wrong)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return data, f"it did not say who it is within {_ANSWER_TIMEOUT:g} s"
+        conn.settimeout(left)
+        try:
+            chunk = conn.recv(_ANSWER_LIMIT + 1 - len(data))
+        except socket.timeout:  # noqa: UP041  (python 3.9: not yet TimeoutError)
+            return data, f"it did not say who it is within {_ANSWER_TIMEOUT:g} s"
+        except OSError as exc:
+            return data, f"reading its answer failed: {exc.strerror or exc}"
+        if not chunk:
+            return data, "" if data else "it closed without saying who it is"
+        data += chunk
+        if len(data) > _ANSWER_LIMIT:
+            return b"", f"its answer is longer than {_ANSWER_LIMIT} bytes"
+    return data, ""
+
+
 def read_holder(name: str) -> dict[str, Any] | None:
-    """The record of whoever holds lease ``name``; None if no one listens on it (it is free, or about to be)."""
+    """Who holds lease ``name`` (the kernel's facts, and the holder's claims if it is an agent); None if no
+    one listens on it (it is free, or about to be). Takes at most ``_ANSWER_TIMEOUT`` seconds in all."""
+    deadline = time.monotonic() + _ANSWER_TIMEOUT
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(_ANSWER_TIMEOUT)
         try:
             conn.connect(_address(name))
-        except OSError:
-            return None
+        except (ConnectionRefusedError, FileNotFoundError):
+            return None  # bound but not listening (being taken or given back), or gone
+        except OSError as exc:  # its queue is full: it never accepts
+            return {"unanswered": f"its holder accepts no connection ({exc.strerror or 'timed out'}); "
+                                  f"`ss -xlp | grep {name}` names it"}
         try:
             pid, uid, _ = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
-            known: dict[str, Any] = {"agent_pid": pid, "uid": uid, "user": _user(uid)}
         except OSError:
-            known = {}
-        data = b""
+            pid, uid = 0, -1
+        facts = process_facts(pid, uid) if uid >= 0 else {}
+        data, trouble = _answer(conn, deadline)
+    if trouble:
+        facts["unanswered"] = trouble
+    if facts.get("agent"):
         try:
-            while not data.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        except OSError:
-            pass
-    try:
-        record = json.loads(data)
-    except ValueError:
-        record = None
-    return {**known, **record} if isinstance(record, dict) else known
+            facts = {**claims(json.loads(data)), **facts}
+        except ValueError:
+            facts.setdefault("unanswered", "its answer is no JSON")
+    return facts
 
 
-def take(directory: str, host: str, holder: dict[str, Any]) -> tuple[Lease | None, dict[str, Any]]:
-    """Lease ``host`` in ``directory``'s scope: (the lease, its record) if it was free, else (None, the
-    current holder's record).
+def take(directory: str, host: str, holder: dict[str, Any], engine: str = "emulator",
+         device: str | None = None) -> tuple[Lease | None, dict[str, Any]]:
+    """Lease what an agent for inventory host ``host`` drives (see :func:`lease_name`): (the lease, its record)
+    if it was free, else (None, the current holder's record, :func:`read_holder`'s).
 
     A lease that cannot be taken at all (no UNIX sockets here) gives (None, ``{"refused": message}``): the
-    agent says so in its hello like a busy host, and the controller fails at once naming the host.
+    agent says so in its hello, and the controller fails at once naming the host. Only this agent's own
+    failure is ever a refusal; nothing a holder answers is.
     """
-    name = lease_name(directory, host)
-    record = dict(holder)
+    if engine == "verbs":
+        device = verbs_device(device)
+    name = lease_name(directory, host, engine, device)
+    record = claims(holder)
     uid = os.geteuid()
-    record.update(host=host, agent_pid=os.getpid(), agent_host=os.uname().nodename, uid=uid, user=_user(uid))
+    record.update(host=host, agent_pid=os.getpid(), agent_host=os.uname().nodename, uid=uid, user=_user(uid),
+                  agent=True, lease=name)
     for _ in range(_TRIES):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -151,10 +271,12 @@ def take(directory: str, host: str, holder: dict[str, Any]) -> tuple[Lease | Non
                               "agent_host": os.uname().nodename}
             current = read_holder(name)
             if current is not None:
+                current["lease"] = name
                 return None, current
             time.sleep(0.02)  # bound but not listening yet, or closing: ask again
             continue
         record["since"] = now_iso()
         return Lease(sock, name, record), record
-    return None, {"refused": f"lease {name!r} of host {host} is taken and given back over and over",
-                  "agent_host": os.uname().nodename}
+    # Bound all along, never listening: a process holds the name without answering for it.
+    return None, {"unanswered": "its holder bound the name but does not listen on it; "
+                                f"`ss -xap | grep {name}` names it", "lease": name}

@@ -68,21 +68,34 @@ class LeaseRequest:
 
 
 def describe_holder(holder: Mapping[str, object]) -> str:
-    """'worker gw1 of run 3f2a... on ctl (pid 4242, user ci) since 2026-...' from a lease's record."""
+    """Who holds a lease, from its record (hil/agent/lease.py ``read_holder``), the kernel's facts first.
+
+    An agent: 'worker gw1 of run 3f2a... on ctl (pid 4242) since 2026-..., its agent pid 77 of user ci (uid
+    1001)' (the worker, run, controller and since are what the agent says; the pid, user and uid the kernel's).
+    Any other process: 'a process that is no pytest-san agent: pid 77 of user bob (uid 1001), command
+    "..."' (nothing it says is shown).
+    """
     if holder.get("refused"):
         return f"no one: the agent could not take its lease ({holder['refused']})"
-    if not holder:
-        return "an unknown holder (it did not say who it is)"
+    unanswered = f" ({holder['unanswered']})" if holder.get("unanswered") else ""
+    lease = f" on lease {holder['lease']}" if holder.get("lease") else ""
+    if "uid" in holder and not holder.get("agent"):
+        return (f"a process that is no pytest-san agent{lease}: pid {holder.get('agent_pid') or '?'} of user "
+                f"{holder.get('user')} (uid {holder['uid']}), command {str(holder.get('command') or '?')!r}"
+                f"{unanswered}")
+    if "uid" not in holder and not any(holder.get(k) for k in ("worker", "run", "controller")):
+        return f"an unknown holder{lease}{unanswered or ' (it did not say who it is)'}"
     worker = holder.get("worker") or "?"
     text = f"worker {worker} of run {holder.get('run') or '?'} on {holder.get('controller') or '?'}"
-    about = [f"pid {holder['pid']}"] if holder.get("pid") else []
-    if holder.get("user"):
-        about.append(f"user {holder['user']}")
-    if about:
-        text += f" ({', '.join(about)})"
+    if holder.get("pid"):
+        text += f" (pid {holder['pid']})"
     if holder.get("since"):
         text += f" since {holder['since']}"
-    return text
+    if "uid" in holder:
+        text += f", its agent pid {holder.get('agent_pid') or '?'} of user {holder.get('user')} (uid {holder['uid']})"
+        if holder.get("host"):
+            text += f" for host {holder['host']}"
+    return text + unanswered
 
 
 def waiting_message(host: str, holder: Mapping[str, object]) -> str:

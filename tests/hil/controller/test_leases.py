@@ -45,10 +45,11 @@ SIGN = 300  # seconds a sign of the runs started here may take: they start pytes
 def test_a_lease_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
     held, record = lease.take(str(tmp_path), "lab1", {"worker": "gw1", "run": "r1", "controller": "ctl", "pid": 7})
     assert held is not None and record["worker"] == "gw1" and record["agent_pid"] == os.getpid()
-    assert record["uid"] == os.geteuid() and record["user"]
+    assert record["uid"] == os.geteuid() and record["user"] and record["lease"] == held.name
     again, holder = lease.take(str(tmp_path), "lab1", {"worker": "gw2"})
-    assert again is None and holder["worker"] == "gw1" and holder["run"] == "r1" and holder["since"]
-    assert holder == record  # what the holder answers is its record
+    # The kernel names the holder (this process: pytest, no agent, so what it answers is not believed)
+    assert again is None and holder["agent_pid"] == os.getpid() and holder["uid"] == os.geteuid()
+    assert holder["agent"] is False and "pytest" in holder["command"] and "worker" not in holder
     other, _ = lease.take(str(tmp_path), "lab2", {})  # another host name, another lease
     assert other is not None
     elsewhere, _ = lease.take(str(tmp_path / "x"), "lab1", {})  # another scope (san_remote_tmp), another lease
@@ -59,6 +60,34 @@ def test_a_lease_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
     for taken in (after, other, elsewhere):
         taken.release()
     assert lease.read_holder(lease.lease_name(str(tmp_path), "lab1")) is None
+
+
+def test_an_agent_holder_answers_with_its_record(tmp_path: Path) -> None:
+    """A holder whose command line is an agent's: its claims (worker, run, since...) beside the kernel's facts."""
+    agent = tmp_path / "tree" / "hil" / "agent" / "__main__.py"
+    agent.parent.mkdir(parents=True)
+    agent.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from hil.agent import lease
+        held, _ = lease.take({str(tmp_path)!r}, "lab1", {{"worker": "gw1", "run": "r1", "controller": "ctl",
+                                                          "pid": 7, "user": "root", "uid": 0}})
+        print("held" if held else "busy", flush=True)
+        time.sleep(300)
+    """))
+    holder = subprocess.Popen([sys.executable, str(agent)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        busy, record = lease.take(str(tmp_path), "lab1", {"worker": "gw2"})
+        assert busy is None and record["agent"] is True and record["agent_pid"] == holder.pid
+        assert {k: record[k] for k in ("worker", "run", "controller", "pid", "host")} == {
+            "worker": "gw1", "run": "r1", "controller": "ctl", "pid": 7, "host": "lab1"}
+        assert record["uid"] == os.geteuid() and record["since"]
+        assert describe_holder(record).startswith(f"worker gw1 of run r1 on ctl (pid 7) since {record['since']}, "
+                                                  f"its agent pid {holder.pid} of user ")
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_lease_ends_with_its_process(tmp_path: Path) -> None:
@@ -74,7 +103,7 @@ def test_a_lease_ends_with_its_process(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
         busy, record = lease.take(str(tmp_path), "lab1", {})
-        assert busy is None and record["worker"] == "doomed" and record["agent_pid"] == holder.pid
+        assert busy is None and record["agent_pid"] == holder.pid
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         free, _ = lease.take(str(tmp_path), "lab1", {"worker": "next"})  # at once: nothing to clean up
@@ -92,7 +121,8 @@ def test_a_holder_that_does_not_answer_is_still_named_by_the_kernel(tmp_path: Pa
         squatter.listen(1)  # never accepts, never says who it is
         busy, record = lease.take(str(tmp_path), "lab1", {})
     assert busy is None and record["agent_pid"] == os.getpid() and record["uid"] == os.geteuid()
-    assert describe_holder(record).startswith("worker ? of run ? on ? (user ")
+    assert record["unanswered"] == "it did not say who it is within 2 s"
+    assert describe_holder(record).startswith("a process that is no pytest-san agent on lease ")
 
 
 def test_lease_names() -> None:
@@ -100,6 +130,9 @@ def test_lease_names() -> None:
     assert name.startswith(lease.PREFIX) and name.endswith("/lab1") and len(name) < 108
     assert lease.lease_name("/tmp/", "lab1") == name  # one directory, one scope
     assert lease.lease_name("/srv/san", "lab1") != name and lease.lease_name("/tmp", "lab2") != name
+    # a verbs agent's lease is its device's: no host name, no scope
+    assert lease.lease_name("/tmp", "lab1", "verbs", "rxe0") == lease.lease_name("/srv", "lab2", "verbs", "rxe0")
+    assert lease.lease_name("/tmp", "lab1", "verbs", "rxe0") == "pytest-san-lease/verbs/rxe0"
     odd = lease.lease_name("/tmp", "../x y" * 40)
     assert len(odd) < 108 and " " not in odd and odd != lease.lease_name("/tmp", "__x_y" * 40)
 
@@ -258,8 +291,15 @@ def test_a_round_longer_than_the_timeout_still_says_whom_it_waited_for() -> None
 
 def test_describe_holder() -> None:
     assert describe_holder({}) == "an unknown holder (it did not say who it is)"
-    holder = {"worker": "gw1", "run": "3f2a", "controller": "ci", "pid": 42, "user": "alice", "since": "T"}
-    assert describe_holder(holder) == "worker gw1 of run 3f2a on ci (pid 42, user alice) since T"
+    claims = {"worker": "gw1", "run": "3f2a", "controller": "ci", "pid": 42, "since": "T"}
+    assert describe_holder(claims) == "worker gw1 of run 3f2a on ci (pid 42) since T"
+    kernel = {"agent_pid": 77, "uid": 1001, "user": "alice", "command": "python3 x/hil/agent/__main__.py"}
+    assert describe_holder({**claims, **kernel, "agent": True, "host": "lab1"}) == (
+        "worker gw1 of run 3f2a on ci (pid 42) since T, its agent pid 77 of user alice (uid 1001) for host lab1")
+    assert describe_holder({**claims, **kernel, "agent": False, "lease": "L"}) == (
+        "a process that is no pytest-san agent on lease L: pid 77 of user alice (uid 1001), "
+        "command 'python3 x/hil/agent/__main__.py'")
+    assert describe_holder({"unanswered": "why", "lease": "L"}) == "an unknown holder on lease L (why)"
 
 
 # --- over a real sshd: two emulator hosts --------------------------------------------------------------

@@ -88,7 +88,7 @@ def test_a_lease_excludes_across_users(shared_sshd: SshServer, users: list[pwd.s
             with pytest.raises(LeaseTimeout) as err:
                 _backend(_host(shared_sshd, user, host_name), f"{user}-worker")
             assert f"host {host_name} is leased by worker alice-worker of run run-of-alice-worker on " in str(err.value)
-            assert f", user {alice}) since " in str(err.value)
+            assert f" of user {alice} (uid {pwd.getpwnam(alice).pw_uid})" in str(err.value)
     finally:
         holder.close()
     # free the moment its holder let go, for any user: a single try, no waiting
