@@ -12,7 +12,8 @@ is theirs:
    without them);
 4. ``pytest_san_node_capabilities(config, node, capabilities)`` hooks add or discard names in place.
 
-``san_requires`` is then judged against every node the test uses (``test_nodes``).
+``san_requires`` is then judged against every node the test uses (``test_nodes``). Each step that takes a
+name away is remembered, so a skip names what lacks it: the backend, the provider, the proxy, or a hook.
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ plugin returned does not inherit them."""
 
 REPLACED_KEY = pytest.StashKey[dict[int, tuple[object, bool, bool]]]()
 """id(node) -> (node, provider replaced, proxy replaced): what the make-provider/make-proxy hooks did."""
-CACHE_KEY = pytest.StashKey[dict[int, tuple[object, object, object, frozenset[str]]]]()
-"""id(node) -> (node, provider, proxy, capabilities): recomputed when a node's provider or proxy changes."""
+Absence = tuple[str, str | None]
+"""Who took a capability away (``"provider MyProvider lacks"``) and why (``"its supports_rdma_read is false"``)."""
+CACHE_KEY = pytest.StashKey[dict[int, tuple[object, object, object, frozenset[str], dict[str, Absence]]]]()
+"""id(node) -> (node, provider, proxy, capabilities, who took which away): recomputed when a node's provider
+or proxy changes."""
 
 
 def note_replacement(config: pytest.Config, node: Node, *, provider: bool | None = None,
@@ -59,27 +63,61 @@ def _host_capabilities(backend: Backend, node: Node) -> frozenset[str]:
     return frozenset(per_node(node)) if callable(per_node) else frozenset(backend.capabilities)
 
 
-def node_capabilities(config: pytest.Config, backend: Backend, node: Node) -> frozenset[str]:
-    """What ``node`` can do, its provider and proxy as the hooks left them (see the module's docstring)."""
+def _hook_owners(config: pytest.Config) -> str:
+    names = [impl.plugin_name for impl in config.pluginmanager.hook.pytest_san_node_capabilities.get_hookimpls()]
+    return ", ".join(name.replace("\\", "/").rpartition("/")[2] for name in names)
+
+
+def _computed(config: pytest.Config, backend: Backend,
+              node: Node) -> tuple[object, object, object, frozenset[str], dict[str, Absence]]:
     provider, proxy = node.provider, node.proxy
     cache = config.stash.setdefault(CACHE_KEY, {})
     hit = cache.get(id(node))
     if hit is not None and hit[0] is node and hit[1] is provider and hit[2] is proxy:
-        return hit[3]
+        return hit
     caps = set(_host_capabilities(backend, node))
+    absent: dict[str, Absence] = {}  # a name missing here and from this table: the backend lacks it
+
+    def change(name: str, present: bool, who: str, why: str | None) -> None:
+        (caps.add if present else caps.discard)(name)
+        if present:
+            absent.pop(name, None)
+        else:
+            absent[name] = (who, why)
+
     _, provider_replaced, _ = config.stash.get(REPLACED_KEY, {}).get(id(node), (node, False, False))
+    provider_lacks = f"provider {type(provider).__name__} lacks"
     if provider_replaced:
-        caps -= PROVIDER_CLAIMS
+        for name in PROVIDER_CLAIMS & caps:
+            change(name, False, provider_lacks, "a plugin replaced the provider the backend's claim is about")
     reads = getattr(provider, "supports_rdma_read", None)
     if reads is not None:  # a provider without the property (a backend's stand-in) leaves the backend's word
-        (caps.add if reads else caps.discard)("rdma_read")
-    for obj in (provider, proxy):
+        change("rdma_read", bool(reads), provider_lacks, "its supports_rdma_read is false")
+    for obj, who in ((provider, provider_lacks), (proxy, f"proxy {type(proxy).__name__} lacks")):
         for name, present in _declared(obj).items():
-            (caps.add if present else caps.discard)(name)
+            change(name, present, who, "its san_capabilities maps it to False")
+    before = frozenset(caps)
     config.hook.pytest_san_node_capabilities(config=config, node=node, capabilities=caps)
-    found = frozenset(caps)
-    cache[id(node)] = (node, provider, proxy, found)
+    for name in before - caps:
+        absent[name] = (f"a pytest_san_node_capabilities hook ({_hook_owners(config)}) discarded", None)
+    for name in caps - before:
+        absent.pop(name, None)
+    found = cache[id(node)] = (node, provider, proxy, frozenset(caps), absent)
     return found
+
+
+def node_capabilities(config: pytest.Config, backend: Backend, node: Node) -> frozenset[str]:
+    """What ``node`` can do, its provider and proxy as the hooks left them (see the module's docstring)."""
+    return _computed(config, backend, node)[3]
+
+
+def lacking_because(config: pytest.Config, backend: Backend, node: Node, capability: str) -> Absence | None:
+    """Who took ``capability`` away from ``node`` and why (the backend's own set lacks it when nothing else
+    did: ``backend 'name' lacks``), or None when the node has it."""
+    _, _, _, caps, absent = _computed(config, backend, node)
+    if capability in caps:
+        return None
+    return absent.get(capability, (f"backend {backend.name!r} lacks", None))
 
 
 def every_node(config: pytest.Config, backend: Backend) -> dict[str, frozenset[str]]:
@@ -117,23 +155,29 @@ def test_nodes(item: pytest.Item, backend: Backend) -> Sequence[Node]:
 
 
 def missing_reason(config: pytest.Config, item: pytest.Item, backend: Backend, required: Sequence[str]) -> str | None:
-    """Why ``item`` cannot run (the nodes lacking what it requires), or None when every node it uses has it."""
+    """Why ``item`` cannot run, or None when every node it uses has what it requires: what lacks each missing
+    capability (the backend, a provider, a proxy, a hook) and, unless it is so on every node of the backend,
+    on which of the nodes the test uses; e.g. ``provider MyProvider lacks capability 'rdma_read' (its
+    supports_rdma_read is false)``."""
     used = test_nodes(item, backend)
     if not used:
         return f"backend {backend.name!r} has no nodes"
-    lacking: dict[str, list[str]] = {}
-    for node in used:
-        caps = node_capabilities(config, backend, node)
-        for cap in required:
-            if cap not in caps:
-                lacking.setdefault(cap, []).append(node.name)
-    if not lacking:
+    # (who, why, where) -> the capabilities it accounts for, in the order the test names them
+    groups: dict[tuple[str, str | None, str], list[str]] = {}
+    for cap in required:
+        by_source: dict[Absence, list[str]] = {}
+        for node in used:
+            source = lacking_because(config, backend, node, cap)
+            if source is not None:
+                by_source.setdefault(source, []).append(node.name)
+        for (who, why), names in by_source.items():
+            everywhere = all(lacking_because(config, backend, node, cap) == (who, why) for node in backend.nodes)
+            where = "" if everywhere else f" on node{'s' if len(names) > 1 else ''} {', '.join(names)}"
+            groups.setdefault((who, why, where), []).append(cap)
+    if not groups:
         return None
-    # Missing on every node of the backend: the backend lacks it; else name the nodes (another node has it).
-    everywhere = [cap for cap in lacking
-                  if all(cap not in node_capabilities(config, backend, node) for node in backend.nodes)]
-    if len(everywhere) == len(lacking):
-        noun = "capability" if len(everywhere) == 1 else "capabilities"
-        return f"backend {backend.name!r} lacks {noun} {', '.join(map(repr, everywhere))}"
-    parts = [f"{cap!r} (node{'s' if len(names) > 1 else ''} {', '.join(names)})" for cap, names in lacking.items()]
-    return f"backend {backend.name!r}: the nodes this test uses lack {', '.join(parts)}"
+    parts = []
+    for (who, why, where), caps in groups.items():
+        noun = "capability" if len(caps) == 1 else "capabilities"
+        parts.append(f"{who} {noun} {', '.join(map(repr, caps))}{where}" + (f" ({why})" if why else ""))
+    return "; ".join(parts)

@@ -291,9 +291,9 @@ def test_capabilities_come_from_each_nodes_provider_and_proxy(pytester: pytest.P
     result = pytester.runpytest("-rs", "--san-report", "san-report.json")
     result.assert_outcomes(passed=2, skipped=3)
     result.stdout.fnmatch_lines([
-        "SKIPPED*backend 'emulator': the nodes this test uses lack 'rdma_read' (node node1)",
-        "SKIPPED*backend 'emulator': the nodes this test uses lack 'rdma_read' (node node1)",
-        "SKIPPED*backend 'emulator' lacks capability 'contiguous'",
+        "SKIPPED*provider NoRead lacks capability 'rdma_read' on node node1 (its supports_rdma_read is false)",
+        "SKIPPED*provider NoRead lacks capability 'rdma_read' on node node1 (its supports_rdma_read is false)",
+        "SKIPPED*proxy NoContiguous lacks capability 'contiguous' (its san_capabilities maps it to False)",
     ])
     outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in _report(pytester)["tests"]}
     assert outcomes == {"test_pair_reads": "skipped", "test_first_node_reads": "passed",
@@ -315,8 +315,8 @@ def test_node_capabilities_hook_has_the_last_word(pytester: pytest.Pytester) -> 
     pytester.makepyfile(test_caps=NODE_CAPABILITIES)
     result = pytester.runpytest("-rs")
     result.assert_outcomes(passed=2, skipped=3)  # every rdma_read test: node0 is the first node of each
-    result.stdout.fnmatch_lines(["SKIPPED*test_caps.py:7: backend 'emulator': the nodes this test uses lack "
-                                 "'rdma_read' (node node0)"])
+    result.stdout.fnmatch_lines(["SKIPPED*test_caps.py:7: a pytest_san_node_capabilities hook (conftest.py) "
+                                 "discarded capability 'rdma_read' on node node0"])
 
 
 def test_a_replaced_provider_does_not_inherit_the_backends_claims_about_its_own(pytester: pytest.Pytester) -> None:
