@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
 
-from pytest_san import Access, Connection, Endpoint, SanError, Status, Switch, WsaError
+from pytest_san import Access, Backend, Connection, Endpoint, SanError, Status, Switch, WsaError
 
 from .support import NEEDS_READ, TIMEOUT, sink, source, window
 
@@ -51,6 +52,54 @@ def test_message_traffic_uses_only_the_two_regions(san_switch: Switch) -> None:
         assert len(_memory_regions(end)) == 2
         assert len(end.provider.registrations(end.socket)) == 2
     assert _rdma_calls(conn) == []
+
+
+@pytest.mark.san_rule("R9", "R10")
+@pytest.mark.san_requires("faults")
+@pytest.mark.parametrize("mode", [pytest.param("read", marks=NEEDS_READ), "write"])
+@pytest.mark.parametrize("seed", range(8))
+def test_flow_control_survives_completions_seen_late(san_switch: Switch, san_backend: Backend, mode: str,
+                                                     seed: int) -> None:
+    """Traffic both ways, small and large, while either end's completions show late: operations posted on a held
+    socket finish only when it is released (capability ``faults``), as on a provider that reports completions
+    late. Every byte arrives, in order, whatever the message ring's size, and only the two regions carry messages:
+    the two ends' flow control never waits on each other."""
+    faults = san_backend.faults
+    assert faults is not None
+    rng = random.Random(seed)
+    count, size = rng.choice([3, 4, 8]), rng.choice([128, 1024, 4096])
+    threshold = rng.choice([size, 4 * size])
+    conn = san_switch.connect(rdma_threshold=threshold, rdma_mode=mode, message_count=count, message_size=size)
+    ends = (conn.local, conn.remote)
+    sent: tuple[bytearray, bytearray] = (bytearray(), bytearray())  # what each end sent
+    large = False
+    for round_ in range(8):
+        # The first round holds both ends while each sends more messages than the ring holds (every credit is
+        # spent before either end sees the other's messages); the others are random.
+        if round_ == 0:
+            held, pieces = list(ends), [(which, threshold) for which in (0, 1) for _ in range(count)]
+        else:
+            held = [end for end in ends if rng.random() < 0.75]
+            # Messages (at times several rings' worth), or a transfer above the threshold (by RDMA).
+            sizes = [1, size, 2 * count * size, 3 * count * size, threshold + 1 + rng.randrange(3 * size)]
+            pieces = [(rng.randrange(2), rng.choice(sizes)) for _ in range(rng.randint(2, 5))]
+        for end in held:
+            faults.hold(end.socket)
+        for which, n in pieces:
+            large = large or n > threshold
+            data = rng.randbytes(n)
+            ends[which].send(data)
+            sent[which].extend(data)
+            rng.choice(ends).progress()
+        rng.shuffle(held)
+        for end in held:
+            faults.release(end.socket)
+    assert conn.remote.recv(len(sent[0]), timeout=TIMEOUT) == sent[0]
+    assert conn.local.recv(len(sent[1]), timeout=TIMEOUT) == sent[1]
+    conn.flush(timeout=TIMEOUT)
+    for end in ends:  # messages used only the two regions; the transfers' registrations are gone again
+        assert len(_memory_regions(end)) == 2 and len(end.provider.registrations(end.socket)) == 2
+    assert bool(_rdma_calls(conn)) is large
 
 
 # -- R10: RDMA only above the threshold, by RdmaRead or (peer without it) RdmaWrite ----------------

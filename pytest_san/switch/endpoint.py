@@ -338,9 +338,10 @@ class Endpoint:
         if (self.owed >= threshold or self.to_return >= self.conn.message_count - 1) and not self.outbox:
             self.outbox.append(Message(Kind.CREDIT))
         while self.outbox and self.free_slots:
-            # Keep the last credit for a credit-only message, so neither side can starve the other.
-            reserve = 0 if self.outbox[0].kind is Kind.CREDIT else 1
-            if self.credits <= reserve:
+            # The last credit goes only to a message that returns credits (every message returns all that are
+            # due): an end that spends its last one has given the peer at least one, so the two ends are never
+            # both left without credits, each waiting for the other's, however late completions show.
+            if self.credits < 1 or (self.credits == 1 and not self.to_return):
                 break
             msg = self.outbox.popleft()
             slot = self.free_slots.popleft()

@@ -18,8 +18,8 @@ MAX_DESCRIPTOR = 48
 MIN_MESSAGE_SIZE = HEADER.size + LENGTH.size + MAX_DESCRIPTOR
 MAX_MESSAGE_SIZE = 1 << 20
 MIN_MESSAGE_COUNT = 3
-"""A sender keeps its last credit for a credit-only message, so one receive buffer could never carry data,
-and with two the ends would answer each other's credit-only messages for ever."""
+"""A sender spends its last credit only on a message that returns credits, so with one receive buffer an end
+could never send data first, and with two the ends would answer each other's credit-only messages for ever."""
 MAX_MESSAGE_COUNT = 1024
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import random
 from pathlib import Path
 
 import pytest
@@ -75,8 +76,10 @@ def _imported(tree: ast.Module) -> set[str]:
     return bound
 
 
-BUILTIN = set().union(*(_public(t) for t in (list, dict, set, str, bytes, pytest.ExceptionInfo))) | {"__name__"}
-"""Methods of the values a scenario builds itself (lists, strings, bytes) and of ``pytest.raises``'s result."""
+BUILTIN = set().union(*(_public(t) for t in (list, dict, set, str, bytes, pytest.ExceptionInfo, random.Random)))
+BUILTIN |= {"__name__"}
+"""Methods of the values a scenario builds itself (lists, strings, bytes, a seeded ``random.Random``) and of
+``pytest.raises``'s result."""
 VALUES = {f.name for f in dataclasses.fields(types.DeviceDescription)}
 """Fields a scenario may set: of the value types it builds and passes in (a DEVICE_DESCRIPTION)."""
 
