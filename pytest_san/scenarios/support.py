@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+import random
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import pytest
 
-from pytest_san import Access, Buffer, Completion, Process, Provider, Proxy, SanError, Socket, Status, WsaError
+from pytest_san import (
+    Access,
+    Backend,
+    Buffer,
+    Completion,
+    Handle,
+    Process,
+    Provider,
+    Proxy,
+    SanError,
+    Socket,
+    Status,
+    WsaError,
+)
 from pytest_san.protocols import Outcome as CallOutcome
-from pytest_san.together import first_failure, together
+from pytest_san.together import asking, first_failure, together
 
 GUARD = 64
 GUARD_BYTE = 0xA5
@@ -166,3 +182,139 @@ class RawEnd:
     def close(self) -> None:
         if not self.socket.closed and self.process.alive:
             self.provider.close_socket(self.socket)
+
+
+@contextlib.contextmanager
+def fresh_pair(backend: Backend, a: Process, b: Process) -> Iterator[tuple[RawEnd, RawEnd]]:
+    """A connected socket pair between ``a`` and ``b`` made without the switch, closed when the block ends (a
+    rejected transfer may break a connection: each shape of a property gets its own)."""
+    sa, sb = backend.connect_sockets(a, b)
+    ends = (RawEnd(sa, a, a.node.provider, a.node.proxy), RawEnd(sb, b, b.node.provider, b.node.proxy))
+    try:
+        yield ends
+    finally:
+        close_ends(backend, ends)
+
+
+def two_processes(backend: Backend) -> tuple[Process, Process]:
+    """The default processes of the first two nodes (of the first alone when there is one), as ``raw_pair``."""
+    nodes = backend.nodes
+    return nodes[0].default_process, nodes[min(1, len(nodes) - 1)].default_process
+
+
+def close_ends(backend: Backend, ends: Sequence[RawEnd]) -> None:
+    """Close those of ``ends`` still open whose process lives (asked together: on a lab one round trip)."""
+    with asking(backend, [q for end in ends for q in ((end.socket, "closed", ()), (end.process, "alive", ()))]):
+        left = [end for end in ends if not end.socket.closed and end.process.alive]
+    for end in left:
+        end.provider.close_socket(end.socket)
+
+
+# -- scatter lists: several entries, one of them bad ------------------------------------------------
+
+MAX_SGE = 4
+"""The most scatter entries a list may have (CONTRACT.md section 4, the reference order's ``list.count``). A
+provider that takes fewer refuses a longer list with WSAEINVAL: a rejection, as the scenarios below count it."""
+
+SOURCE_KINDS = ("send", "rdma_write")
+"""Calls whose local list is read (its entries need READ)."""
+SINK_KINDS = ("recv", "rdma_read")
+"""Calls whose local list is written (its entries need WRITE)."""
+SCATTER_GUARD = 8
+"""Guard bytes around each entry of a ``Scatter``: a transfer one byte outside an entry reaches into them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One scatter list: the entries' lengths, their access (each its own registration), which entry is bad, and
+    for a range fault on which side it reaches one byte outside its registration."""
+
+    lengths: tuple[int, ...]
+    accesses: tuple[Access, ...]
+    bad: int
+    side: str = "after"  # "before" the start or "after" the end
+
+    def __str__(self) -> str:
+        where = "first" if self.bad == 0 else "last" if self.bad == len(self.lengths) - 1 else "middle"
+        access = "/".join(a.name or str(int(a)) for a in self.accesses)
+        return (f"{len(self.lengths)} entries of {list(self.lengths)} bytes ({access}), "
+                f"the bad one #{self.bad} ({where}), {self.side}")
+
+
+def scatter_shapes(scenario: str, kind: str, count: int = 2) -> list[Shape]:
+    """The bad entry first, in the middle and last of a list of ``MAX_SGE``, then ``count`` more (any length from
+    1 to MAX_SGE, any position) drawn from a seed named for the scenario and the call: a deterministic sample, the
+    same on every run and every host."""
+    rng = random.Random(zlib.crc32(f"{scenario}/{kind}".encode()))
+    good = (Access.READ, Access.READWRITE) if kind in SOURCE_KINDS else (Access.WRITE, Access.READWRITE)
+
+    def draw(n: int, bad: int) -> Shape:
+        return Shape(tuple(rng.randint(1, 48) for _ in range(n)), tuple(rng.choice(good) for _ in range(n)), bad,
+                     rng.choice(("before", "after")))
+
+    fixed = [draw(MAX_SGE, bad) for bad in (0, MAX_SGE // 2, MAX_SGE - 1)]
+    drawn = []
+    for _ in range(count):
+        n = rng.randint(1, MAX_SGE)
+        drawn.append(draw(n, rng.randrange(n)))
+    return fixed + drawn
+
+
+@dataclasses.dataclass
+class Scatter:
+    """Entries laid out in one allocation, ``SCATTER_GUARD`` guard bytes around each, each registered alone."""
+
+    whole: Buffer
+    at: list[int]  # where each entry starts in ``whole``
+    lengths: list[int]
+    handles: list[Handle]
+    image: bytes  # what ``whole`` holds while no byte has moved
+
+    def entry(self, i: int, before: int = 0, after: int = 0) -> Buffer:
+        """Entry ``i``'s range, reaching ``before`` bytes earlier and ``after`` bytes later (into its guards)."""
+        return self.whole.view(self.at[i] - before, self.lengths[i] + before + after)
+
+    def unchanged(self) -> bool:
+        return self.whole.read() == self.image
+
+
+def lay_out(backend: object, end: End, lengths: Sequence[int], accesses: Sequence[Access],
+            fills: Sequence[int]) -> Scatter:
+    """A ``Scatter`` of ``end``: entry ``i`` of ``lengths[i]`` bytes of ``fills[i]``, registered with
+    ``accesses[i]`` (the registrations made together: on a lab one round trip)."""
+    image = bytearray([GUARD_BYTE]) * SCATTER_GUARD
+    at = []
+    for length, fill in zip(lengths, fills, strict=True):
+        at.append(len(image))
+        image += bytes([fill]) * length + bytes([GUARD_BYTE]) * SCATTER_GUARD
+    whole = end.process.alloc(len(image))
+    whole.write(bytes(image))
+    handles = _results(together(backend, [
+        (end.provider, "register_memory", (end.socket, whole.view(offset, length), access))
+        for offset, length, access in zip(at, lengths, accesses, strict=True)]))
+    return Scatter(whole, at, list(lengths), handles, bytes(image))
+
+
+def transfer_is_rejected(backend: object, a: End, b: End, kind: str, entries: list[tuple[Buffer, Handle]],
+                         local: Callable[[], bool], what: str) -> None:
+    """``a`` makes a ``kind`` with ``entries`` as its local list, toward a peer target (``b``'s window or posted
+    receive) big enough for all of them: it must be rejected, ``local()`` (``a``'s side as it was) must hold
+    and not one byte may reach ``b``'s target or ``a``'s list. ``what`` names the shape in a failure."""
+    nbytes = sum(buffer.length for buffer, _ in entries)
+    if kind == "recv":
+        outcome = receive(b, a, entries, b"\x99" * nbytes)
+        target: Guarded | None = None
+    elif kind == "send":
+        target, handle = sink(b, nbytes)
+        posted = b.provider.recv(b.socket, [(target.inner, handle)])
+        outcome = attempt(lambda: a.provider.send(a.socket, entries))
+        assert not posted.done() or posted.wait(0).status is not Status.SUCCESS, f"{what}: the receive took it"
+    else:
+        access = Access.WRITE if kind == "rdma_write" else Access.READ
+        target, descriptor = window(b, nbytes, access, fill=0x5A)
+        outcome = attempt(lambda: getattr(a.provider, kind)(a.socket, entries, descriptor, 0))
+    assert rejected(outcome), f"{what}: {kind} accepted, {outcome}"
+    if isinstance(outcome, Completion):
+        assert outcome.bytes == 0, f"{what}: {outcome}"
+    assert local(), f"{what}: a byte of the local list or its guards changed"
+    assert target is None or target.unchanged(), f"{what}: a byte reached the peer's target"

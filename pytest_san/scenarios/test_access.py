@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import pytest
 
-from pytest_san import Access, Backend, Buffer, Connection, Endpoint, Switch
+from pytest_san import Access, Backend, Buffer, Connection, Endpoint, Process, Switch, WsaError
 
 from .support import (
     NEEDS_READ,
+    SOURCE_KINDS,
+    Scatter,
     attempt,
     expect_error,
+    fresh_pair,
+    lay_out,
     read_from,
     rejected,
+    scatter_shapes,
     sink,
     source,
     succeeded,
+    transfer_is_rejected,
+    two_processes,
     window,
     write_into,
 )
 
 DATA = bytes(range(256)) * 16  # 4 KiB
+READ_SCATTER = [NEEDS_READ, pytest.mark.san_requires("rdma_read_scatter")]
+"""An RDMA read into more than one buffer: some devices take only one (siw's max_sge_rd)."""
 
 
 # -- R1: register_memory handles belong to one process and one socket ------------------------------
@@ -69,14 +79,53 @@ def test_handle_on_another_socket_of_the_same_process_is_rejected(san_switch: Sw
     _foreign_handle_rejected(b, second, buf, handle)
 
 
-@pytest.mark.san_rule("R1", "R14")
-def test_registering_another_process_buffer_is_efault(conn: Connection) -> None:
-    from pytest_san import WsaError
+FOREIGN = ["same-host", "other-host"]
+"""Where the other process of a foreign-buffer scenario lives: beside the caller, or on the peer's host."""
 
-    a, b = conn.local, conn.remote
-    foreign = b.process.alloc(4096)
-    # Either the range is not mapped in a's address space, or it names a's own memory: never b's.
-    expect_error(WsaError.WSAEFAULT, a.provider.register_memory, a.socket, foreign, Access.READ)
+
+def _foreign_process(mine: Process, peer: Process, where: str) -> Process:
+    return mine.node.spawn_process() if where == "same-host" else peer
+
+
+@pytest.mark.san_rule("R1", "R5", "R14")
+@pytest.mark.parametrize("register", ["register_memory", "register_rdma_memory"])
+@pytest.mark.parametrize("where", FOREIGN)
+def test_registering_another_process_buffer_is_efault(conn: Connection, where: str, register: str) -> None:
+    a = conn.local
+    foreign = _foreign_process(a.process, conn.remote.process, where).alloc(4096)
+    before = len(a.provider.registrations(a.socket)), a.proxy.live_allocations()
+    # Another process's memory, even on the caller's own host, is not in the caller's address space (the same
+    # address may well be mapped there: that is the caller's memory, not the buffer it was given).
+    expect_error(WsaError.WSAEFAULT, getattr(a.provider, register), a.socket, foreign, Access.READWRITE)
+    assert (len(a.provider.registrations(a.socket)), a.proxy.live_allocations()) == before
+
+
+def _untouched(local: Scatter, foreign: Buffer) -> bool:
+    return local.unchanged() and foreign.read() == b"\xf0" * foreign.length
+
+
+def _foreign_entry_rejected(backend: Backend, kind: str, where: str) -> None:
+    """For each shape: a list of the caller's registered entries, one of them swapped for another process's
+    buffer of the same length (under that entry's handle): rejected, and no byte of either process moves."""
+    pa, pb = two_processes(backend)
+    other = _foreign_process(pa, pb, where)
+    access = Access.READ if kind in SOURCE_KINDS else Access.WRITE
+    for shape in scatter_shapes("foreign-entry-" + where, kind):
+        n = len(shape.lengths)
+        with fresh_pair(backend, pa, pb) as (a, b):
+            local = lay_out(backend, a, shape.lengths, [access] * n, [0x30 + i for i in range(n)])
+            foreign = other.alloc(shape.lengths[shape.bad])
+            foreign.write(b"\xf0" * foreign.length)
+            entries = [(foreign if i == shape.bad else local.entry(i), h) for i, h in enumerate(local.handles)]
+            transfer_is_rejected(backend, a, b, kind, entries, functools.partial(_untouched, local, foreign),
+                                 f"{kind}, entry #{shape.bad} of {n} another process's ({where})")
+
+
+@pytest.mark.san_rule("R1", "R5")
+@pytest.mark.parametrize("kind", ["send", "recv", "rdma_write", pytest.param("rdma_read", marks=READ_SCATTER)])
+@pytest.mark.parametrize("where", FOREIGN)
+def test_scatter_entry_of_another_process_is_rejected(san_backend: Backend, kind: str, where: str) -> None:
+    _foreign_entry_rejected(san_backend, kind, where)
 
 
 # -- R2: descriptors work only for the connected peer, on that connection ---------------------------
@@ -312,3 +361,33 @@ def test_scatter_gather_lands_in_order(conn: Connection) -> None:
     outcome = attempt(lambda: a.provider.rdma_write(a.socket, parts, desc, 0))
     assert succeeded(outcome, 3000)
     assert target.inner.read() == b"\x01" * 1000 + b"\x02" * 1000 + b"\x03" * 1000 and target.intact()
+
+
+# -- R6, R7 in scatter lists: one entry without the access, wherever it is -----------------------------
+
+
+def _one_entry_without_the_access(backend: Backend, kind: str) -> None:
+    """For each shape (``MAX_SGE`` entries with the bad one first, in the middle, last; then drawn ones): the
+    entries have the access the call needs, but one, registered with the other access only."""
+    pa, pb = two_processes(backend)
+    wrong = Access.WRITE if kind in SOURCE_KINDS else Access.READ
+    for shape in scatter_shapes("entry-without-the-access", kind):
+        n = len(shape.lengths)
+        accesses = [wrong if i == shape.bad else access for i, access in enumerate(shape.accesses)]
+        with fresh_pair(backend, pa, pb) as (a, b):
+            local = lay_out(backend, a, shape.lengths, accesses, [0x30 + i for i in range(n)])
+            entries = [(local.entry(i), handle) for i, handle in enumerate(local.handles)]
+            transfer_is_rejected(backend, a, b, kind, entries, local.unchanged,
+                                 f"{kind}, {shape}: entry #{shape.bad} registered {wrong.name} only")
+
+
+@pytest.mark.san_rule("R6")
+@pytest.mark.parametrize("kind", ["recv", pytest.param("rdma_read", marks=READ_SCATTER)])
+def test_read_only_entry_anywhere_in_a_sink_list_is_rejected(san_backend: Backend, kind: str) -> None:
+    _one_entry_without_the_access(san_backend, kind)
+
+
+@pytest.mark.san_rule("R7")
+@pytest.mark.parametrize("kind", ["send", "rdma_write"])
+def test_write_only_entry_anywhere_in_a_source_list_is_rejected(san_backend: Backend, kind: str) -> None:
+    _one_entry_without_the_access(san_backend, kind)

@@ -15,9 +15,24 @@ import dataclasses
 
 import pytest
 
-from pytest_san import PAGE_SIZE, Access, Buffer
+from pytest_san import PAGE_SIZE, Access, Backend, Buffer
 
-from .support import GUARD_BYTE, NEEDS_READ, RawEnd, attempt, read_from, receive, rejected, succeeded, write_into
+from .support import (
+    GUARD_BYTE,
+    NEEDS_READ,
+    RawEnd,
+    attempt,
+    fresh_pair,
+    lay_out,
+    read_from,
+    receive,
+    rejected,
+    scatter_shapes,
+    succeeded,
+    transfer_is_rejected,
+    two_processes,
+    write_into,
+)
 
 P = PAGE_SIZE
 GEOMETRIES = [  # (start in its page, length)
@@ -187,3 +202,27 @@ def test_unaligned_read_handle_as_receive_sink_is_rejected(raw_pair: tuple[RawEn
     handle = b.provider.register_memory(b.socket, local.inner, Access.READ)
     assert rejected(receive(a, b, [(local.inner, handle)], b"\x99" * length))
     assert local.unchanged()
+
+
+# -- scatter lists: one entry one byte outside its registration, wherever it is in the list ---------
+
+
+@pytest.mark.san_rule("R8")
+@pytest.mark.parametrize("kind", ["send", "recv", "rdma_write",
+                                  pytest.param("rdma_read", marks=[NEEDS_READ,
+                                                                   pytest.mark.san_requires("rdma_read_scatter")])])
+def test_entry_one_byte_outside_its_registration_anywhere_in_a_list_is_rejected(san_backend: Backend,
+                                                                                kind: str) -> None:
+    """Each entry is registered alone, with the access the call needs; the bad one's range starts one byte
+    before its registration or ends one byte after it (in guard bytes of the same allocation). For each shape
+    (``MAX_SGE`` entries with the bad one first, in the middle, last; then drawn ones) the call is rejected and
+    no byte moves: a provider that checks only the first entry, or only the handles, lets it through."""
+    pa, pb = two_processes(san_backend)
+    for shape in scatter_shapes("entry-outside-its-registration", kind):
+        n = len(shape.lengths)
+        with fresh_pair(san_backend, pa, pb) as (a, b):
+            local = lay_out(san_backend, a, shape.lengths, shape.accesses, [0x30 + i for i in range(n)])
+            reach = (1, 0) if shape.side == "before" else (0, 1)
+            entries = [(local.entry(i, *reach) if i == shape.bad else local.entry(i), handle)
+                       for i, handle in enumerate(local.handles)]
+            transfer_is_rejected(san_backend, a, b, kind, entries, local.unchanged, f"{kind}, {shape}")

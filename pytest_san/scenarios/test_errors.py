@@ -7,9 +7,21 @@ from typing import cast
 import pytest
 
 from pytest_san import Access, Backend, Connection, SanError, Status, WsaError
-from pytest_san.together import asking
+from pytest_san.together import asking, together
 
-from .support import TIMEOUT, RawEnd, attempt, expect_error, rejected, sink, source, sources, window
+from .support import (
+    TIMEOUT,
+    RawEnd,
+    attempt,
+    expect_error,
+    rejected,
+    sink,
+    source,
+    sources,
+    succeeded,
+    window,
+    write_into,
+)
 
 
 @pytest.mark.san_rule("R14")
@@ -47,6 +59,37 @@ def test_descriptor_too_small_probe(conn: Connection) -> None:
     desc = a.provider.register_rdma_memory(a.socket, buf, Access.READ, descriptor_size=needed)
     assert len(desc) <= needed
     a.provider.deregister_rdma_memory(a.socket, desc)
+
+
+ROOM_ABOVE = (0, 1, 7, 64)
+"""descriptor_size values above the required size tried (as offsets from it): each must do."""
+
+
+@pytest.mark.san_rule("R14")
+def test_every_descriptor_size_below_the_required_one_is_the_probe(san_backend: Backend,
+                                                                  raw_pair: tuple[RawEnd, RawEnd]) -> None:
+    """The size a descriptor needs is whatever the provider says when probed with 0 (never assumed): every size
+    from 0 up to it is WSAEFAULT carrying that same size and registers nothing; it and any larger size give a
+    descriptor that fits, and that the peer can use."""
+    a, b = raw_pair
+    buf = b.process.alloc(4096)
+    before = len(b.provider.registrations(b.socket)), b.proxy.live_allocations()
+    needed = expect_error(WsaError.WSAEFAULT, b.provider.register_rdma_memory, b.socket, buf, Access.WRITE,
+                          0).required_size
+    assert isinstance(needed, int) and needed > 0, f"the probe with 0 says a descriptor needs {needed!r} bytes"
+    probes = together(san_backend, [(b.provider, "register_rdma_memory", (b.socket, buf, Access.WRITE, size))
+                                    for size in range(1, needed)])
+    for size, (ok, value) in enumerate(probes, start=1):
+        assert not ok and isinstance(value, SanError), f"descriptor_size={size} of {needed}: gave {value!r}"
+        assert value.code is WsaError.WSAEFAULT and value.required_size == needed, f"descriptor_size={size}: {value}"
+    assert (len(b.provider.registrations(b.socket)), b.proxy.live_allocations()) == before, "a probe registered"
+    for extra in ROOM_ABOVE:
+        desc = b.provider.register_rdma_memory(b.socket, buf, Access.WRITE, needed + extra)
+        assert 0 < len(desc) <= needed, f"descriptor_size={needed + extra}: a {len(desc)}-byte descriptor"
+        if extra == 0:
+            assert succeeded(write_into(a, desc, b"\x42" * 64), 64) and buf.read(64) == b"\x42" * 64
+        b.provider.deregister_rdma_memory(b.socket, desc)
+    assert (len(b.provider.registrations(b.socket)), b.proxy.live_allocations()) == before
 
 
 @pytest.mark.san_rule("R14")

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import random
+
 import pytest
 
 from pytest_san import Access, Backend, Connection, SanError, Status, Switch, WsaError
+from pytest_san.together import Earlier, asking, together
 
 from .support import (
+    MAX_SGE,
     NEEDS_READ,
     TIMEOUT,
+    RawEnd,
     attempt,
+    close_ends,
     expect_error,
+    fresh_pair,
+    lay_out,
     read_from,
     rejected,
     sink,
     source,
     succeeded,
+    two_processes,
     window,
     write_into,
 )
@@ -55,6 +66,78 @@ def test_handle_rejected_after_deregister(conn: Connection) -> None:
     target, desc = window(b, len(DATA), Access.WRITE)
     assert rejected(attempt(lambda: a.provider.rdma_write(a.socket, [(buf, handle)], desc, 0)))
     assert target.unchanged()
+
+
+DEREGISTER_CYCLES = 256
+"""Register/deregister cycles of one buffer over which no descriptor may come back (on a lab: a few round trips
+in all, the cycles go out together)."""
+CYCLES_TOGETHER = 64
+
+
+@pytest.mark.san_rule("R3")
+def test_a_deregistered_descriptor_is_never_handed_out_again_on_its_connection(
+        san_backend: Backend, raw_pair: tuple[RawEnd, RawEnd]) -> None:
+    """Verbs changes an rkey's key bits on every new window for this reason: a stale descriptor the peer kept
+    must never name memory again. One buffer, registered and deregistered again and again, with the access and
+    the range (the whole buffer or one half) varying: every descriptor differs from every earlier one."""
+    _, b = raw_pair
+    buf = b.process.alloc(8192)
+    ranges = [buf, buf.view(0, 4096), buf.view(4096, 4096)]
+    rng = random.Random(DEREGISTER_CYCLES)
+    seen: dict[bytes, int] = {}
+    for first in range(0, DEREGISTER_CYCLES, CYCLES_TOGETHER):
+        calls: list[tuple[object, str, tuple[object, ...]]] = []
+        for _ in range(first, min(first + CYCLES_TOGETHER, DEREGISTER_CYCLES)):
+            access = rng.choice((Access.READ, Access.WRITE, Access.READWRITE))
+            calls.append((b.provider, "register_rdma_memory", (b.socket, rng.choice(ranges), access)))
+            calls.append((b.provider, "deregister_rdma_memory", (b.socket, Earlier(len(calls) - 1))))
+        outcomes = together(san_backend, calls)
+        for i, (ok, value) in enumerate(outcomes):
+            assert ok, f"cycle {first + i // 2}: {calls[i][1]} failed: {value!r}"
+            if i % 2 == 0:
+                assert isinstance(value, bytes | bytearray), value
+                cycle = first + i // 2
+                earlier = seen.setdefault(bytes(value), cycle)
+                assert earlier == cycle, f"cycle {cycle} handed out the descriptor of cycle {earlier} again"
+    assert len(seen) == DEREGISTER_CYCLES
+    assert len(b.provider.registrations(b.socket)) == 0
+
+
+REUSE_ATTEMPTS = 3
+"""New connections made after a close, looking for one whose socket equals a closed one (a provider that hands
+out socket numbers as an OS hands out descriptors gives the lowest free one: the first new socket)."""
+
+
+@pytest.mark.san_rule("R1", "R2", "R3", "R4")
+def test_registrations_of_a_closed_socket_fail_on_sockets_made_after_it(san_backend: Backend) -> None:
+    """A handle and a descriptor of a closed connection name nothing on the connections made after it, between
+    the same processes, even on a socket that equals the closed one: deregistering them there is WSAEINVAL, and
+    a transfer through them is rejected and moves no byte. Without socket reuse the property holds for every new
+    socket all the same."""
+    pa, pb = two_processes(san_backend)
+    sa, sb = san_backend.connect_sockets(pa, pb)
+    old = (RawEnd(sa, pa, pa.node.provider, pa.node.proxy), RawEnd(sb, pb, pb.node.provider, pb.node.proxy))
+    try:
+        buf, handle = source(old[0], DATA)
+        old_target, old_desc = window(old[1], len(DATA), Access.READWRITE)
+    finally:
+        close_ends(san_backend, old)
+    for attempt_no in range(REUSE_ATTEMPTS):
+        what = f"new connection #{attempt_no}"
+        with fresh_pair(san_backend, pa, pb) as (a, b):
+            reused = a.socket == old[0].socket or b.socket == old[1].socket
+            if reused:
+                what += " (a socket equal to a closed one)"
+            expect_error(WsaError.WSAEINVAL, a.provider.deregister_memory, a.socket, handle)
+            expect_error(WsaError.WSAEINVAL, b.provider.deregister_rdma_memory, b.socket, old_desc)
+            target, desc = window(b, len(DATA), Access.WRITE)
+            assert rejected(attempt(functools.partial(a.provider.rdma_write, a.socket, [(buf, handle)], desc, 0))), what
+            assert target.unchanged(), what
+        with fresh_pair(san_backend, pa, pb) as (a, _):  # the last transfer may have broken that connection
+            assert rejected(write_into(a, old_desc, b"\x99" * len(DATA))), what
+            assert old_target.unchanged(), what
+        if reused:
+            break
 
 
 # -- R4: only while the connection is established --------------------------------------------------
@@ -208,3 +291,74 @@ def test_deregister_in_use_by_pending_operation_is_einval(conn: Connection) -> N
     live = len(b.provider.registrations(b.socket))
     expect_error(WsaError.WSAEINVAL, b.provider.deregister_memory, b.socket, handle)
     assert len(b.provider.registrations(b.socket)) == live  # still registered
+
+
+@dataclasses.dataclass(frozen=True)
+class Uses:
+    """Pending receives that all use one handle: each receive's list has ``lengths[j]`` entries, the shared
+    handle's (its own 8 bytes of the shared registration) at ``at[j]``, the others registered alone."""
+
+    lengths: tuple[int, ...]
+    at: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return "+".join(f"{n}@{i}" for n, i in zip(self.lengths, self.at, strict=True))
+
+
+def _drawn_uses(seed: int) -> Uses:
+    rng = random.Random(seed)
+    lengths = tuple(rng.randint(1, MAX_SGE) for _ in range(rng.randint(2, 4)))
+    return Uses(lengths, tuple(rng.randrange(n) for n in lengths))
+
+
+IN_USE_SHAPES = [
+    Uses((1, 1), (0, 0)),
+    Uses((MAX_SGE, MAX_SGE, MAX_SGE), (0, MAX_SGE // 2, MAX_SGE - 1)),
+    Uses((MAX_SGE, 2, MAX_SGE), (MAX_SGE - 1, 0, 1)),
+    _drawn_uses(13),
+]
+SHARED = 8  # bytes of the shared registration each receive uses
+OTHER = 16  # bytes of each other entry
+
+
+@pytest.mark.san_rule("R13")
+@pytest.mark.parametrize("uses", IN_USE_SHAPES, ids=str)
+def test_a_handle_stays_in_use_until_its_last_pending_operation_completes(
+        san_backend: Backend, raw_pair: tuple[RawEnd, RawEnd], uses: Uses) -> None:
+    """Receives posted with no send: they stay pending, each holding the shared handle in use. They complete one
+    by one as the peer sends (in the order posted); until the last has, deregistering the handle is WSAEINVAL
+    and leaves it registered; then it deregisters. An in-use mark, not a count, is cleared by the first."""
+    a, b = raw_pair
+    k = len(uses.lengths)
+    shared = b.process.alloc(SHARED * k)
+    handle = b.provider.register_memory(b.socket, shared, Access.WRITE)
+    others = lay_out(san_backend, b, [OTHER] * (sum(uses.lengths) - k), [Access.WRITE] * (sum(uses.lengths) - k),
+                     [0] * (sum(uses.lengths) - k))
+    spare = iter(range(len(others.handles)))
+    lists = []
+    for j, (n, at) in enumerate(zip(uses.lengths, uses.at, strict=True)):
+        entries = []
+        for i in range(n):
+            if i == at:
+                entries.append((shared.view(SHARED * j, SHARED), handle))
+            else:
+                e = next(spare)
+                entries.append((others.entry(e), others.handles[e]))
+        lists.append(entries)
+    receives = [b.provider.recv(b.socket, entries) for entries in lists]
+    with asking(san_backend, [(op, "done", ()) for op in receives]):
+        assert not any(op.done() for op in receives), "a receive completed with nothing sent"
+    live = len(b.provider.registrations(b.socket))
+    message = a.process.alloc(SHARED + OTHER * (MAX_SGE - 1))
+    sent = a.provider.register_memory(a.socket, message, Access.READ)
+    for j, entries in enumerate(lists):
+        expect_error(WsaError.WSAEINVAL, b.provider.deregister_memory, b.socket, handle)
+        assert len(b.provider.registrations(b.socket)) == live, f"{uses}: refused, yet a registration changed"
+        nbytes = sum(buffer.length for buffer, _ in entries)
+        message.write(bytes([0x41 + j]) * nbytes)
+        assert succeeded(attempt(functools.partial(a.provider.send, a.socket, [(message.view(0, nbytes), sent)])),
+                         nbytes)
+        done = receives[j].wait(timeout=TIMEOUT)
+        assert done.status is Status.SUCCESS and done.bytes == nbytes, f"{uses}: receive #{j}: {done}"
+    b.provider.deregister_memory(b.socket, handle)  # the last use is over
+    assert shared.read() == b"".join(bytes([0x41 + j]) * SHARED for j in range(k))

@@ -21,19 +21,36 @@ def test_send_lands_in_the_posted_receive(raw_pair: tuple[RawEnd, RawEnd]) -> No
     assert g.inner.read(200) == b"m" * 200 and g.inner.read(56, 200) == b"\x11" * 56 and g.intact()
 
 
+SEND_SHAPES = [  # (the send's entries, the receive's entries): lengths in bytes
+    pytest.param((100, 100, 100), (120, 180), id="3-into-2"),
+    pytest.param((64,), (16, 16, 16, 16), id="1-into-4"),
+    pytest.param((1, 200, 7, 30), (238,), id="4-into-1"),
+]
+
+
 @pytest.mark.san_rule("R14")
 @pytest.mark.san_requires("send_waits")  # iWARP has no receiver-not-ready flow control (docs/lab.md: the verbs engine)
-def test_send_waits_for_a_receive_and_scatters(raw_pair: tuple[RawEnd, RawEnd]) -> None:
+@pytest.mark.parametrize(("sent", "taken"), SEND_SHAPES)
+def test_send_waits_for_a_receive_and_scatters(raw_pair: tuple[RawEnd, RawEnd], sent: tuple[int, ...],
+                                               taken: tuple[int, ...]) -> None:
+    """A send posted before the peer's receive stays pending (it is not done, however often asked, and the
+    peer's memory is untouched) until the receive takes it; then both complete and the bytes scatter in order."""
     a, b = raw_pair
-    parts = [source(a, bytes([i]) * 100) for i in (1, 2, 3)]
+    data = bytes(range(1, len(sent) + 1))
+    parts = [source(a, bytes([byte]) * n) for byte, n in zip(data, sent, strict=True)]
+    sinks = [sink(b, n) for n in taken]
     send = a.provider.send(a.socket, parts)  # no receive posted yet: flow control keeps it pending
-    first, h1 = sink(b, 120)
-    second, h2 = sink(b, 180)
-    recv = b.provider.recv(b.socket, [(first.inner, h1), (second.inner, h2)])
-    assert send.wait(timeout=TIMEOUT).status is Status.SUCCESS
-    assert recv.wait(timeout=TIMEOUT).bytes == 300
-    assert first.inner.read() == b"\x01" * 100 + b"\x02" * 20
-    assert second.inner.read() == b"\x02" * 80 + b"\x03" * 100 and first.intact() and second.intact()
+    assert not send.done(), "the send completed before any receive took it"
+    assert all(g.unchanged() for g, _ in sinks)
+    assert not send.done(), "the send completed before any receive took it"
+    recv = b.provider.recv(b.socket, [(g.inner, h) for g, h in sinks])
+    done = send.wait(timeout=TIMEOUT)
+    assert done.status is Status.SUCCESS and done.bytes == sum(sent), done
+    assert recv.wait(timeout=TIMEOUT).bytes == sum(sent)
+    expected = b"".join(bytes([byte]) * n for byte, n in zip(data, sent, strict=True))
+    landed = b"".join(g.inner.read() for g, _ in sinks)
+    assert landed[:len(expected)] == expected and set(landed[len(expected):]) <= {0x11}
+    assert all(g.intact() for g, _ in sinks)
 
 
 @pytest.mark.san_rule("R1")
