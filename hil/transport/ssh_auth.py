@@ -25,6 +25,7 @@ from paramiko.ssh_exception import (
 
 from hil.inventory import DEFAULT_PORT
 from hil.transport.base import TransportError
+from hil.transport.known_hosts import load_known_hosts
 from hil.transport.ssh_config import DEFAULT_KEYS, Endpoint, Lookup
 
 __all__ = [
@@ -79,8 +80,8 @@ def strict_client(known_hosts: Path) -> paramiko.SSHClient:
     """
     ssh = paramiko.SSHClient()
     ssh.set_missing_host_key_policy(_RefuseUnknown())
-    if known_hosts.exists():
-        ssh.load_system_host_keys(str(known_hosts))
+    if known_hosts.exists():  # as OpenSSH reads it: @revoked keys never trusted, bad lines skipped
+        load_known_hosts(ssh.get_host_keys(), known_hosts)
     return ssh
 
 
