@@ -7,17 +7,19 @@ switch talk only to these protocols, so the same suite runs on the emulator and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from .types import Access, CacheType, Completion, DeviceDescription, Leak
 
-Handle = int
-"""A register_memory handle: valid only in the registering process, on that socket."""
+Handle = Hashable
+"""A register_memory handle: an opaque value of the provider's choosing (an int, a string, ...), hashable and
+compared by equality, never assumed to be an int; valid only in the registering process, on that socket."""
 
 Descriptor = bytes
-"""An RDMA descriptor: opaque bytes the peer uses as RDMA target or source."""
+"""An RDMA descriptor: opaque bytes, of the length the provider chose (the ``descriptor_size`` probe tells it),
+that the peer uses as RDMA target or source."""
 
 
 @runtime_checkable
@@ -233,6 +235,23 @@ class Backend(Protocol):
         processes the test spawned; the next test starts on a clean SAN."""
         ...
     def close(self) -> None: ...
+
+
+class ModelBudget(NamedTuple):
+    """How much of the reference model the suite runs: ``sequences`` random SPI sequences of ``steps`` steps,
+    starting none after ``deadline`` seconds (None: no deadline)."""
+
+    sequences: int
+    steps: int
+    deadline: float | None = None
+
+
+class DeclaresModelBudget(Protocol):
+    """Optional, for a backend: the budget of the reference model that ``pytest --pyargs pytest_san.scenarios``
+    runs on it by default (``--san-model-sequences``/``-steps``/``-deadline`` override it). A backend whose every
+    call is a round trip declares a small one; without it the suite runs the emulator's (docs/model.md)."""
+
+    def model_budget(self) -> ModelBudget: ...
 
 
 Question = tuple[object, str, tuple[object, ...]]

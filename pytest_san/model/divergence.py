@@ -24,6 +24,8 @@ class Divergence:
     steps: list[Step]
     lines: list[str] = dataclasses.field(default_factory=list)
     name: str = ""  # a regression's name (regressions.py)
+    index: int | None = None  # the step of ``steps`` that went wrong (None: the checks when the sequence ended)
+    rules: tuple[str, ...] = ()  # the rules it breaks (rules.py): the verdict counts it under each
 
     @property
     def signature(self) -> tuple[str, str, str]:
@@ -35,7 +37,8 @@ class Divergence:
             where = f"regression: {self.name}"
         elif self.kind == "flaky":
             where = f"seed {self.seed}, sequence {self.sequence}, {len(self.steps)} steps; did not reproduce"
-        return f"{self.side}: {self.problem.category} after a {self.step_kind} step ({where})"
+        breaks = f", breaking {', '.join(self.rules)}" if self.rules else ""
+        return f"{self.side}: {self.problem.category} after a {self.step_kind} step{breaks} ({where})"
 
     def render(self) -> str:
         return "\n".join([self.title(), *self.lines])
@@ -43,7 +46,7 @@ class Divergence:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "seed": self.seed, "sequence": self.sequence, "side": self.side,
                 "category": self.problem.category, "step": self.step_kind, "message": self.problem.message,
-                "steps": list(self.lines)}
+                "rules": list(self.rules), "steps": list(self.lines)}
 
 
 def step_kind(step: Step | None) -> str:

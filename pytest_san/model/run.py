@@ -28,6 +28,7 @@ from .generate import Generator
 from .reference import Model
 from .regressions import REGRESSIONS, Regression
 from .rounds import Rounds, close_in_rounds
+from .rules import ANSWERS, broken_rules
 from .shrink import shrink
 from .steps import Plan, Step
 from .world import ProbeRefused, World
@@ -112,6 +113,7 @@ class ModelRun:
         self.names = [backend.name] + (["reference emulator" if backend.name == "emulator" else "emulator"]
                                        if budget.differential else [])
         self.summary = Summary(backend.name, self.seed, budget.differential)
+        self.under_test: Side | None = None  # the backend's side of the last sequence or replay started
 
     def _sides(self) -> list[Side]:
         # The emulator completes inside the call: waiting long for it would only delay the report.
@@ -152,6 +154,7 @@ class ModelRun:
             except ProbeRefused as exc:
                 self._cleanup(sides)
                 return None, side.name, Problem("probe", str(exc))
+        self.under_test = sides[0]
         return None
 
     def _sequence(self, k: int, until: float | None) -> None:
@@ -267,10 +270,27 @@ class ModelRun:
         index, side, problem = outcome
         steps = list(regression.steps)
         div = Divergence("regression", self.seed, -1, side, problem,
-                         step_kind(steps[index] if index is not None else None), steps, name=regression.name)
+                         step_kind(steps[index] if index is not None else None), steps, name=regression.name,
+                         index=index, rules=self._rules(steps, index, problem))
         div.lines = listing(self.world.plan, steps, seens, self.names, index, problem)
         self.summary.divergences.append(div)
         self.log(div.render())
+
+    def _rules(self, steps: Sequence[Step], index: int | None, problem: Problem) -> tuple[str, ...]:
+        """The rules the divergence breaks (rules.py), judged with the keys the backend returned last."""
+        model = self.under_test.model if self.under_test is not None else None
+        keys = dict(model.keys) if model is not None else {}
+        desc_size = model.desc_size if model is not None else 0
+
+        def fresh() -> Model:
+            return Model(self.world.plan, self.alts, desc_size, sends_wait=self.sends_wait, no_read=self.no_read,
+                         reference_order=self.reference_order)
+
+        try:
+            return broken_rules(problem, steps, index, fresh, keys)
+        except Exception as exc:  # the divergence still counts, under the rule of wrong answers
+            self.log(f"san model: could not tell which rule the divergence breaks ({exc!r}): {ANSWERS}")
+            return (ANSWERS,)
 
     @staticmethod
     def _signature(steps: Sequence[Step], outcome: Outcome) -> tuple[str, str, str]:
@@ -308,7 +328,7 @@ class ModelRun:
                 small, seens, final = shrunk, again, got
         index, side, problem = final
         div = Divergence(kind, self.seed, k, side, problem, step_kind(small[index] if index is not None else None),
-                         small)
+                         small, index=index, rules=self._rules(small, index, problem))
         div.lines = listing(self.world.plan, small, seens, self.names, index, problem)
         if kind == "flaky":
             div.lines.append("  (replayed, the same steps did not diverge: the backend's timing, or another user "

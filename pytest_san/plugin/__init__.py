@@ -4,7 +4,8 @@ This module only wires the parts together: ``hookspecs`` declares the hooks othe
 implement, ``options`` the command line and ini keys, ``backends`` finds backends other packages
 provide by name, ``hooks`` holds markers, capability skips and the conformance report,
 ``fixtures`` holds ``san_backend``, ``san_switch``, ``san_provider``, ``san_proxy`` and the leak check;
-``html_report`` and ``junit`` put the rules into pytest-html's report and the JUnit XML.
+``model`` runs the reference model for the suite (and for ``pytest_san.model``), ``html_report`` and ``junit``
+put the rules into pytest-html's report and the JUnit XML.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from . import hookspecs
 
 # Registered under their module names, so ``-p no:pytest_san.plugin.fixtures`` works as usual.
 pytest_plugins = ["pytest_san.plugin.options", "pytest_san.plugin.hooks", "pytest_san.plugin.fixtures",
-                  "pytest_san.plugin.html_report", "pytest_san.plugin.junit"]
+                  "pytest_san.plugin.model", "pytest_san.plugin.html_report", "pytest_san.plugin.junit"]
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -1,0 +1,277 @@
+"""Which rules of CONTRACT.md section 3 a divergence breaks, so that the verdict counts it under them.
+
+A divergence says what went wrong (``Problem.category`` and its message) at which step. The rules follow from
+why the model expected what it did: the steps before it are replayed on a fresh model (no backend; the keys
+the backend returned, where known), and the failing step is looked at in that state. A transfer the model
+expected to be refused breaks the rules of each of its faults when it went through: a READ handle as a sink
+(R6), a WRITE handle as a source (R7), a range outside the registration (R8), another socket's handle (R1),
+another connection's descriptor (R2), a deregistered key (R3). An answer of the wrong kind (another error
+code or status than the contract's, a legal call refused) is R14; what closing leaves is R11; the proxy's
+count R12; registrations and their reference counts and in-use marks R13; a socket's state R4.
+
+Every divergence breaks at least one rule (R14 when nothing else says which), and only rules the model
+checks (``MODEL_RULES``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from ..contract import VALID_ACCESS, Access
+from .execute import Problem
+from .reference import Model
+from .state import KeyValue, MReg, MSock
+from .steps import Close, Deregister, Reconnect, Register, Step, Transfer
+
+MODEL_RULES = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R11", "R12", "R13", "R14")
+"""The rules the model checks (CONTRACT.md section 3): the provider's; R9/R10 are the switch's, P1-P5 the
+proxy driver's, which the scenarios check."""
+
+ANSWERS = "R14"
+"""An answer of the wrong kind (section 2's codes and statuses), and any divergence nothing else names."""
+
+R, W = int(Access.READ), int(Access.WRITE)
+
+# What a fault found at the call protects (pytest_san.checks' ids, as the model names them).
+_CALL_FAULTS: dict[str, tuple[str, ...]] = {
+    "socket": ("R4",), "connected": ("R4",),
+    "buffer.owner": ("R1", "R5"), "entry.owner": ("R1", "R5"),
+}
+_RETURNED = ("handle", "descriptor", "operation", "done")
+"""What a call that went through answered (execute.py's ``Seen.call``)."""
+
+
+def broken_rules(problem: Problem, steps: Sequence[Step], index: int | None, fresh: Callable[[], Model],
+                 keys: Mapping[int, KeyValue] | None = None) -> tuple[str, ...]:
+    """The rules a divergence breaks: ``problem`` at ``steps[index]`` (``index`` None: when the sequence
+    ended); ``fresh`` makes a model as the run's was at its start, ``keys`` (register step id -> what the
+    backend returned) binds its registrations as the backend did."""
+    category = problem.category
+    fixed = {"probe": ANSWERS, "crash": ANSWERS, "differ": ANSWERS, "pending": ANSWERS, "leaks": "R11",
+             "proxy": "R12", "state": "R4"}
+    if category in fixed:
+        return (fixed[category],)
+    step = steps[index] if index is not None and index < len(steps) else None
+    model = _before(fresh(), steps[:index] if index is not None else steps, keys or {})
+    found: set[str] = set()
+    if category == "key":
+        found = _key(problem.message)
+    elif category == "registrations":
+        found = _registrations(problem.message, step)
+    elif category == "call":
+        found = _call(problem.message, step, model)
+    elif category == "completion":
+        found = _completion(problem.message, step, model)
+    elif category == "bytes":
+        found = _faults(step, model) if isinstance(step, Transfer) else set()
+        found = found or {"R8"}
+    return _ordered(found or {ANSWERS})
+
+
+def _ordered(rules: Iterable[str]) -> tuple[str, ...]:
+    wanted = set(rules)
+    return tuple(rule for rule in MODEL_RULES if rule in wanted)
+
+
+# -- the model before the failing step ---------------------------------------------------------------
+
+def _before(model: Model, steps: Sequence[Step], keys: Mapping[int, KeyValue]) -> Model:
+    """``model`` moved on by ``steps`` as if the backend answered each as expected."""
+    for step in steps:
+        exp = model.apply(step)
+        if isinstance(step, Register) and exp.fresh is not None:
+            model.bind(step, keys.get(step.reg, _stand_in(step, model.desc_size)))
+    return model
+
+
+def _stand_in(step: Register, desc_size: int) -> KeyValue:
+    """A key no backend answer and no junk key of the generator equals."""
+    if step.kind == "memory":
+        return (1 << 48) | step.reg
+    return (b"\xa5" * desc_size + step.reg.to_bytes(8, "big"))[-desc_size:]
+
+
+# -- each category -------------------------------------------------------------------------------------
+
+def _key(message: str) -> set[str]:
+    if "deregistered" in message:  # a key handed out again after its registration went (R3)
+        return {"R3"}
+    if "another live registration" in message:
+        return {"R13"}
+    return {ANSWERS}  # not a handle or descriptor at all
+
+
+def _registrations(message: str, step: Step | None) -> set[str]:
+    """What differs between the provider's registrations and the model's, entry by entry (execute.py's
+    message shows both as (kind, address, length, access, references) lists)."""
+    closing = step is None or isinstance(step, Close | Reconnect)
+    found = re.search(r"the provider has (\[.*\]), the model (\[.*\])$", message)
+    try:
+        real, want = (ast.literal_eval(found.group(i)) for i in (1, 2)) if found else ([], [])
+    except (ValueError, SyntaxError):
+        real = want = []
+    if not found:
+        return {"R11"} if closing else {"R13"}
+    real_at = {tuple(r[:3]): r for r in real}
+    want_at = {tuple(r[:3]): r for r in want}
+    rules: set[str] = set()
+    for where in real_at.keys() & want_at.keys():
+        (*_, access, refs), (*_, want_access, want_refs) = real_at[where], want_at[where]
+        extra = int(access) & ~int(want_access)
+        rules |= {"R6"} if extra & W else set()  # memory registered without WRITE is writable
+        rules |= {"R7"} if extra & R else set()  # ... without READ is readable
+        if refs != want_refs or (int(want_access) & ~int(access)):
+            rules.add("R13")
+    left, missing = real_at.keys() - want_at.keys(), want_at.keys() - real_at.keys()
+    rest = sorted((real_at[k][0], *real_at[k][3:]) for k in left)
+    if left and rest == sorted((want_at[k][0], *want_at[k][3:]) for k in missing):
+        rules.add("R8")  # the same registrations, at another address or of another length
+    elif left or missing:
+        rules.add("R11" if closing and left else "R13")
+    return rules
+
+
+def _answered(message: str) -> str:
+    found = re.match(r"(?:answered )?([A-Za-z_]+)", message)
+    return found.group(1) if found else ""
+
+
+def _call(message: str, step: Step | None, model: Model) -> set[str]:
+    """A call answered otherwise than the model expected: went through where it must be refused (the rules of
+    its faults), or answered with the wrong error code, or refused where it must go through (R14)."""
+    answered = _answered(message)
+    went_through = answered in _RETURNED
+    if isinstance(step, Register):
+        faults = _register_faults(step, model)
+        if went_through:
+            return set().union(*(_CALL_FAULTS.get(f, (ANSWERS,)) for f in faults)) if faults else {ANSWERS}
+        return {"R13"} if not faults and model.socks[step.sock].same(step.kind, step.view, step.access) else {ANSWERS}
+    if isinstance(step, Deregister):  # unknown, another socket's, stale or in use: reference counts and marks
+        rules = {"R13"}
+        s = model.socks.get(step.sock)
+        if s is not None and s.state == "closed":
+            return {"R4"} if went_through else {ANSWERS}
+        if not went_through and "expected WSA" in message:  # refused, with another code
+            return {ANSWERS}
+        if went_through and s is not None:
+            rules |= _foreign(s, "memory" if step.kind == "memory" else "rdma", model.value(step.key), model)
+        return rules
+    if isinstance(step, Transfer) and went_through:
+        faults = _transfer_call_faults(step, model)
+        return set().union(*(_CALL_FAULTS.get(f, (ANSWERS,)) for f in faults)) if faults else {ANSWERS}
+    return {ANSWERS}
+
+
+def _completion(message: str, step: Step | None, model: Model) -> set[str]:
+    """An operation completed otherwise than expected: its own step's transfer went through where one of its
+    faults must refuse it (their rules); closing's flushes (R11, and R4 for the peer's); else R14."""
+    found = re.search(r"op#(\d+)[^:]*: (\S+)[^,]*, expected (.*)$", message)
+    if found is None:
+        return {ANSWERS}
+    op, status, expected = int(found.group(1)), found.group(2), set(re.findall(r"[A-Z_]{3,}", found.group(3)))
+    own = isinstance(step, Transfer) and step.op == op
+    if own and status == "SUCCESS" and "SUCCESS" not in expected:
+        assert isinstance(step, Transfer)
+        return _faults(step, model) or {ANSWERS}
+    if step is None or isinstance(step, Close | Reconnect):
+        if "ABORTED" in expected and "CONNECTION_RESET" not in expected:
+            return {"R11"}  # pending operations of a closed socket complete ABORTED
+        if "CONNECTION_RESET" in expected:
+            return {"R4"}  # the peer's, when the other end went away
+    return {ANSWERS}
+
+
+# -- why the model refuses a step -----------------------------------------------------------------------
+
+def _register_faults(step: Register, model: Model) -> list[str]:
+    s = model.socks.get(step.sock)
+    if s is None:
+        return []
+    faults = []
+    if s.state == "closed":
+        faults.append("socket")
+    elif s.state != "connected":
+        faults.append("connected")
+    if step.view[0] != s.proc:
+        faults.append("buffer.owner")
+    if step.shape != "range":
+        faults.append("buffer.mapped")
+    if step.access not in VALID_ACCESS:
+        faults.append("access")
+    if step.kind == "rdma" and step.size is not None and step.size < model.desc_size:
+        faults.append("descriptor_size.small")
+    return faults
+
+
+def _transfer_call_faults(step: Transfer, model: Model) -> list[str]:
+    s = model.socks.get(step.sock)
+    if s is None:
+        return []
+    faults = []
+    if s.state == "closed":
+        faults.append("socket")
+    elif s.state != "connected":
+        faults.append("connected")
+    if any(view[0] != s.proc for view, _ in step.entries):
+        faults.append("entry.owner")
+    desc = model.value(step.desc) if step.desc is not None else None
+    if step.kind.startswith("rdma") and isinstance(desc, bytes) and len(desc) != model.desc_size:
+        faults.append("descriptor")
+    return faults
+
+
+def _faults(step: Transfer, model: Model) -> set[str]:
+    """The rules that refuse a transfer once posted: its local entries (R1, R3, R6, R7, R8) and, for RDMA, the
+    peer's window (R2, R3, R6, R7, R8)."""
+    s = model.socks.get(step.sock)
+    if s is None:
+        return set()
+    rules = {rule for f in _transfer_call_faults(step, model) for rule in _CALL_FAULTS.get(f, ())}
+    source = step.kind in ("rdma_write", "send")
+    for (pi, bi, off, n), key in step.entries:
+        value = model.value(key)
+        reg = s.live("memory", value) if value is not None else None
+        if reg is None:
+            rules |= _foreign(s, "memory", value, model) or {"R1"}  # unregistered memory moves nothing
+            continue
+        rpi, rbi, roff, rn = reg.view
+        if source and not reg.access & R:
+            rules.add("R7")
+        if not source and not reg.access & W:
+            rules.add("R6")
+        if (pi, bi) != (rpi, rbi) or off < roff or off + n > roff + rn:
+            rules.add("R8")
+    if step.kind.startswith("rdma") and s.peer is not None:
+        desc = model.value(step.desc) if step.desc is not None else None
+        win = s.peer.live("rdma", desc) if isinstance(desc, bytes) else None
+        if win is None:
+            rules |= _foreign(s.peer, "rdma", desc, model) or {"R2"}
+        else:
+            write = step.kind == "rdma_write"
+            if write and not win.access & W:
+                rules.add("R6")
+            if not write and not win.access & R:
+                rules.add("R7")
+            if step.offset < 0 or step.offset + sum(v[3] for v, _ in step.entries) > win.view[3]:
+                rules.add("R8")
+    return rules
+
+
+def _foreign(s: MSock, kind: str, value: object, model: Model) -> set[str]:
+    """Why ``value`` is not a live key of ``kind`` on ``s``: another socket's (R1 for a handle, R2 for a
+    descriptor), deregistered or closed (R3), or nothing at all (empty)."""
+    own = "R1" if kind == "memory" else "R2"
+    if value is None:
+        return set()
+    regs: list[MReg] = [r for r in model.regs.values() if r.kind == kind and type(r.key) is type(value)
+                        and r.key == value]
+    if not regs:
+        return set()
+    if any(r.live and r.sock is not s for r in regs):
+        return {own}
+    rules = {"R3"}
+    if any(r.sock is not s for r in regs):
+        rules.add(own)
+    return rules
