@@ -1,0 +1,184 @@
+"""``python -m mutation``: mutmut on the reference implementations, the conformance run as the test command,
+every surviving non-message mutant held to mutation/survivors.md (docs/mutation.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import results, select, triage
+from .messages import MessageRules
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CONFIG = HERE / "mutmut.toml"
+SURVIVORS = HERE / "survivors.md"
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The TOML file's tables ``tool.mutmut`` and ``tool.san-mutation``."""
+    text = path.read_text(encoding="utf-8")
+    if sys.version_info >= (3, 11):
+        import tomllib
+        data = tomllib.loads(text)
+    else:  # pragma: no cover - mutmut itself needs the toml package on 3.10
+        import toml  # type: ignore[import-untyped]
+        data = toml.loads(text)
+    tool = data.get("tool", {})
+    if "mutmut" not in tool:
+        raise ValueError(f"{path}: no [tool.mutmut] table")
+    return {"mutmut": tool["mutmut"], "san-mutation": tool.get("san-mutation", {})}
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ValueError(f"[tool.mutmut]: cannot write {value!r:.60} back as TOML")
+
+
+def mutmut_pyproject(table: dict[str, Any]) -> str:
+    """The pyproject.toml mutmut reads in the work directory: the [tool.mutmut] table, as given."""
+    return "[tool.mutmut]\n" + "".join(f"{key} = {_toml_value(value)}\n" for key, value in table.items())
+
+
+def prepare(work: Path, table: dict[str, Any], fresh: bool) -> None:
+    """The work directory: mutmut's config, and the package it copies (a link to the checkout's)."""
+    work.mkdir(parents=True, exist_ok=True)
+    if fresh and (work / "mutants").exists():
+        shutil.rmtree(work / "mutants")
+    (work / "pyproject.toml").write_text(mutmut_pyproject(table), encoding="utf-8")
+    for source in table.get("source_paths", []):
+        link = work / source
+        if not link.is_symlink():
+            if link.exists():
+                raise SystemExit(f"mutation: {link} exists and is not the link to {ROOT / source}: remove it")
+            link.symlink_to(ROOT / source, target_is_directory=True)
+
+
+def mutmut(work: Path, args: list[str], quiet: bool = False) -> int:
+    """``mutmut ARGS`` in the work directory (the venv's mutmut, beside this Python)."""
+    exe = Path(sys.executable).with_name("mutmut")
+    command = [str(exe) if exe.exists() else "mutmut", *args]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.DEVNULL if quiet else None
+    return subprocess.run(command, cwd=work, env=env, stdout=out, stderr=out, check=False).returncode
+
+
+def all_mutant_names(work: Path) -> list[str]:
+    names: list[str] = []
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        names += json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+    return names
+
+
+def generate(work: Path, max_children: int) -> list[str]:
+    """Make the mutants without running any: ``mutmut run`` asked for a mutant that does not exist makes them
+    all (and its test statistics), then stops at the name. The names, from what it wrote."""
+    mutmut(work, ["run", "--max-children", str(max_children), "mutation-generate-only"], quiet=True)
+    names = all_mutant_names(work)
+    if not names:
+        raise SystemExit(f"mutation: mutmut made no mutants in {work} (run it there by hand to see why)")
+    return names
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m mutation", description=__doc__)
+    p.add_argument("--changed", metavar="BASE",
+                   help="mutate only the files changed since BASE (a git ref: origin/main, HEAD~3); none changed, or "
+                        "git cannot tell: a seeded sample instead (--sample)")
+    p.add_argument("--sample", metavar="N", type=int, default=None,
+                   help="run N mutants drawn with --seed (default with --changed: 300; without: all of them)")
+    p.add_argument("--budget", metavar="N", type=int, default=500,
+                   help="with --changed: at most N mutants of the changed files, drawn with --seed (default 500)")
+    p.add_argument("--seed", type=int, default=1, help="the sample's seed (default 1)")
+    p.add_argument("--max-children", type=int, default=2, help="mutmut's worker processes (default 2)")
+    p.add_argument("--work", type=Path, default=HERE / "work",
+                   help="mutmut's work directory: its pyproject.toml and mutants/ (default mutation/work)")
+    p.add_argument("--config", type=Path, default=CONFIG, help="the configuration (default mutation/mutmut.toml)")
+    p.add_argument("--survivors", type=Path, default=SURVIVORS,
+                   help="the triage file (default mutation/survivors.md)")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: judge what the work directory holds from an earlier run")
+    p.add_argument("--write-untriaged", action="store_true",
+                   help="add an *untriaged* entry to the triage file for every untriaged survivor")
+    p.add_argument("--json", type=Path, default=None, help="also write the numbers and survivors here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = load_config(args.config)
+    table = dict(config["mutmut"])
+    rules = MessageRules.from_table(config["san-mutation"], f"{args.config}: [tool.san-mutation]")
+    survivors = triage.load(args.survivors)  # malformed: fail before the long part
+    started = time.monotonic()
+    names: list[str] = []
+    if not args.report_only:
+        sample_size = args.sample
+        if args.changed:
+            files = select.changed_files(ROOT, args.changed)
+            targets = select.mutated_among(files or [], table.get("only_mutate", []))
+            if files is None:
+                print(f"mutation: git cannot tell what changed since {args.changed}: a seeded sample")
+            elif not targets:
+                print(f"mutation: no mutated file changed since {args.changed}: a seeded sample")
+            else:
+                print(f"mutation: changed since {args.changed}: {', '.join(targets)}")
+                table["only_mutate"] = targets
+            if not targets:
+                sample_size = 300 if sample_size is None else sample_size
+            elif sample_size is None:
+                sample_size = args.budget
+        prepare(args.work, table, fresh=True)
+        if sample_size is not None:
+            pool = generate(args.work, args.max_children)
+            names = select.sample(pool, sample_size, args.seed)
+            print(f"mutation: {len(names)} of {len(pool)} mutants (seed {args.seed})")
+        code = mutmut(args.work, ["run", "--max-children", str(args.max_children), *names])
+        if code != 0:
+            print(f"mutation: mutmut run exited {code}", file=sys.stderr)
+            return 2
+    mutants = results.read_run(args.work / "mutants", rules)
+    if names:
+        chosen = set(names)
+        mutants = [m for m in mutants if m.name in chosen]
+    verdict = results.judge(mutants, survivors)
+    elapsed = time.monotonic() - started
+    lines = results.table(verdict)
+    print("\n".join(lines))
+    if not args.report_only:
+        print(f"mutation: {len(mutants)} mutants in {elapsed:.0f} s with {args.max_children} worker(s)")
+    for m in verdict.untriaged:
+        print(f"mutation: UNTRIAGED survivor {m.path} {m.function} {m.key} ({m.name}): {m.change}")
+    for m, entry in verdict.reopened:
+        print(f"mutation: SURVIVES AGAIN {m.path} {m.function} {m.key}, closed by {entry.text}: {m.change}")
+    if args.write_untriaged and verdict.untriaged:
+        text = args.survivors.read_text(encoding="utf-8") if args.survivors.exists() else "# Surviving mutants\n"
+        args.survivors.write_text(triage.add_untriaged(text, [
+            triage.NewEntry(m.path, m.function, m.key, m.change) for m in verdict.untriaged]), encoding="utf-8")
+        print(f"mutation: {len(verdict.untriaged)} untriaged entries added to {args.survivors}")
+    if args.json:
+        total = verdict.total()
+        args.json.write_text(json.dumps({
+            "seconds": round(elapsed), "max_children": args.max_children,
+            "by_file": {p: vars(c) for p, c in verdict.by_file.items()}, "total": vars(total),
+            "survivors": [vars(m) for m in mutants if not m.message_only and m.status == results.SURVIVED],
+        }, indent=1), encoding="utf-8")
+    if verdict.failed:
+        print(f"mutation: FAILED: {len(verdict.untriaged)} untriaged survivor(s), {len(verdict.reopened)} closed "
+              f"one(s) alive again (triage them in {args.survivors})", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,1 @@
+"""Tests of mutation/ (the mutmut runner): the message-only filter, the triage file, the selection."""

@@ -1,0 +1,58 @@
+"""Which mutants a run tries (mutation/select.py): the files a change touched in a real git repository, or a
+seeded sample."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from mutation.select import changed_files, mutated_among, sample
+
+PATTERNS = ["pytest_san/checks.py", "pytest_san/emulator/proxy.py", "pytest_san/switch/*.py"]
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+                   check=True, capture_output=True)
+
+
+def test_the_files_changed_since_a_base_committed_staged_in_the_tree_or_new(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q", "-b", "main")
+    for name in ("pytest_san/checks.py", "pytest_san/emulator/proxy.py", "pytest_san/switch/endpoint.py",
+                 "README.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "base")
+    git(tmp_path, "checkout", "-q", "-b", "change")
+    (tmp_path / "pytest_san/checks.py").write_text("x = 2\n")
+    git(tmp_path, "commit", "-q", "-am", "committed")
+    (tmp_path / "pytest_san/emulator/proxy.py").write_text("x = 3\n")  # only in the work tree
+    (tmp_path / "pytest_san/switch/new.py").write_text("y = 1\n")  # new, untracked
+    (tmp_path / "README.md").write_text("changed\n")
+
+    changed = changed_files(tmp_path, "main")
+    assert changed == ["README.md", "pytest_san/checks.py", "pytest_san/emulator/proxy.py",
+                       "pytest_san/switch/new.py"]
+    assert mutated_among(changed, PATTERNS) == ["pytest_san/checks.py", "pytest_san/emulator/proxy.py",
+                                                "pytest_san/switch/new.py"]
+    assert changed_files(tmp_path, "no-such-ref") is None
+    assert changed_files(tmp_path / "pytest_san", "main") is not None  # from inside the repository too
+
+
+def test_no_repository_is_none(tmp_path: Path) -> None:
+    assert changed_files(tmp_path, "HEAD~1") is None
+
+
+def test_only_python_files_mutation_covers() -> None:
+    assert mutated_among(["pytest_san/switch/README.md", "pytest_san/emulator/sockets.py", "tests/x.py"],
+                         PATTERNS) == []
+
+
+def test_the_sample_depends_on_the_seed_and_the_mutants_not_their_order() -> None:
+    names = [f"m{i}" for i in range(1000)]
+    first = sample(names, 50, seed=1)
+    assert len(first) == 50 and set(first) <= set(names)
+    assert sample(list(reversed(names)), 50, seed=1) == first
+    assert sample(names, 50, seed=2) != first
+    assert sample(names[:10], 50, seed=1) == sorted(names[:10])
