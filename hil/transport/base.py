@@ -8,16 +8,19 @@ starts with the host, because a lab run drives several hosts and "connection ref
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import posixpath
 import queue
 import re
 import secrets
 import shlex
+import stat
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, TypeVar
@@ -39,6 +42,8 @@ COMPLETE_MARKER = ".complete"  # written last: a pushed directory without it is 
 CLOSE_GRACE = 2.0  # seconds a command gets to exit on stdin EOF, then after each signal
 _STDERR_KEEP = 64 * 1024  # bytes of a command's stderr kept for error messages
 _STDERR_LINES = 20
+
+log = logging.getLogger(__name__)  # an agent directory replaced, or another user's name passed over
 
 
 class TransportError(Exception):
@@ -214,16 +219,28 @@ def _start(target: Callable[[Callable[[], bytes]], None], read: Callable[[], byt
 
 
 class FileOps(Protocol):
-    """The few file operations ``push`` needs, on the host's side; errors are raised as OSError."""
+    """The few file operations ``push`` needs, on the host's side.
+
+    Failures are OSError with the errno of the host's failure where it can be learned (SFTP carries
+    none for a full or read-only file system: the SFTP side asks the file system) and the path.
+    """
 
     uid: int  # the user the transport acts as, to check who owns a directory before reusing it
 
-    def stat(self, path: str) -> tuple[int, int] | None:
-        """(owner uid, mode) of ``path``, or None if it does not exist."""
+    def stat(self, path: str, follow: bool = False) -> tuple[int, int] | None:
+        """(owner uid, mode) of ``path`` (of what a symlink points to, if ``follow``), None if missing."""
+
+    def realpath(self, path: str) -> str: ...
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        """Up to ``limit`` bytes of a file, None if it does not exist."""
+
+    def names(self, directory: str) -> list[str]: ...
 
     def mkdir(self, path: str) -> None: ...
 
-    def write(self, path: str, data: bytes) -> None: ...
+    def write(self, path: str, data: bytes) -> None:
+        """Create ``path`` (it must not exist) holding ``data``, every byte of it checked as written."""
 
     def rename(self, src: str, dst: str) -> bool:
         """Rename a directory; False if ``dst`` already exists."""
@@ -231,8 +248,13 @@ class FileOps(Protocol):
     def remove_tree(self, path: str) -> None:
         """Best effort: never raises."""
 
+    def owner_name(self, path: str, uid: int) -> str | None:
+        """The user name of ``uid`` (the owner of ``path``) on the host, if it can be learned."""
+
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_OWN_SUFFIX = re.compile(r"-[0-9a-f]{8}")  # a fallback name of our own: <name>-u<uid>-<digest>-<8 hex>
+_PUSH_ATTEMPTS = 3  # a name taken (by another user, or a racing push) between our check and our rename
 
 
 def content_digest(files: Mapping[str, bytes]) -> str:
@@ -260,6 +282,24 @@ def _parents(path: str) -> Iterator[str]:
     parts = path.split("/")[:-1]
     for i in range(1, len(parts) + 1):
         yield "/".join(parts[:i])
+
+
+def os_error_words(exc: OSError) -> str:
+    """An OSError as its errno in words ("no space left on device"), else its message."""
+    if exc.errno:
+        words = os.strerror(exc.errno)
+        return words[:1].lower() + words[1:]
+    text = exc.strerror or (str(exc.args[0]) if exc.args else "") or type(exc).__name__
+    return str(text)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What is at an agent directory's name: ``state`` is missing, good, bad (ours, unusable) or theirs."""
+
+    state: str
+    why: str = ""
+    uid: int = -1
 
 
 # --- the transport ---------------------------------------------------------------------------------
@@ -309,10 +349,14 @@ class Transport(ABC):
         """Upload ``files`` (relative path -> content) into ``<remote tmp>/<name>-u<uid>-<digest>/``; its path.
 
         Each user of a host pushes to a name of their own (the uid the transport acts as), so one user's
-        copy never stands in another's way. The directory is filled under a temporary name and renamed into
-        place, ``.complete`` written last, so concurrent pushes of the same content (xdist workers) never
-        see a half-written copy. An existing complete directory is reused untouched if it is ours and not
-        writable by others: its name is predictable and anyone can create directories in /tmp.
+        copy never stands in another's way. The directory is filled under a temporary name, every write
+        checked, ``.complete`` (holding the digest) written last, and renamed into place, so concurrent
+        pushes of the same content (xdist workers) never see a half-written copy. An existing directory is
+        reused untouched only if it is ours, not writable by others and its ``.complete`` holds the digest;
+        one of ours that fails this is replaced. Its name is predictable and anyone can create directories
+        in /tmp: a name another user took is passed over for one of our own (``<name>-u<uid>-<digest>-<8
+        hex>``), never shared. The remote tmp must be an existing absolute directory that no other user can
+        rename things in (every directory up to / sticky or writable only by its owner).
         """
         self._check_open()
         if not _NAME.fullmatch(name):
@@ -320,29 +364,146 @@ class Transport(ABC):
         paths = _check_paths(files)
         digest = content_digest(files)
         with self._file_ops() as ops:
-            final = posixpath.join(self.remote_tmp, f"{name}-u{ops.uid}-{digest}")
-            if self._reusable(ops, final):
-                return final
-            staging = f"{final}.partial-{secrets.token_hex(4)}"
-            try:
-                ops.mkdir(staging)
-                made: set[str] = set()
-                for path in paths:
-                    for parent in _parents(path):
-                        if parent not in made:
-                            ops.mkdir(posixpath.join(staging, parent))
-                            made.add(parent)
-                    ops.write(posixpath.join(staging, path), files[path])
-                ops.write(posixpath.join(staging, COMPLETE_MARKER), f"{digest}\n".encode())
-                if ops.rename(staging, final):
+            tmp = self._checked_tmp(ops)
+            base = f"{name}-u{ops.uid}-{digest}"
+            final = posixpath.join(tmp, base)
+            for _ in range(_PUSH_ATTEMPTS):
+                found = self._inspect(ops, final, digest)
+                if found.state == "theirs":
+                    final, found = self._own_name(ops, tmp, base, digest, final, found)
+                if found.state == "good":
                     return final
-            except BaseException:
-                ops.remove_tree(staging)
-                raise
-            ops.remove_tree(staging)  # lost a race: another push put the same content in place
-            if self._reusable(ops, final):
+                if found.state == "bad":
+                    self._discard(ops, final, found.why)
+                if self._fill(ops, final, paths, files, digest):
+                    return final
+                # Lost a race: another push (or another user) put something under that name first.
+            found = self._inspect(ops, final, digest)
+            if found.state == "good":
                 return final
-            raise self.error(f"{final} exists but has no {COMPLETE_MARKER} marker: remove it and retry")
+            raise self.error(f"push failed: {final} keeps being taken ({self._what(ops, final, found)})")
+
+    def _fill(self, ops: FileOps, final: str, paths: list[str], files: Mapping[str, bytes], digest: str) -> bool:
+        """Write ``files`` under a temporary name and rename it to ``final``: False if that name was taken."""
+        staging = f"{final}.partial-{secrets.token_hex(4)}"
+        try:
+            with self._step("create directory", staging):
+                ops.mkdir(staging)
+            made: set[str] = set()
+            for path in paths:
+                for parent in _parents(path):
+                    if parent not in made:
+                        where = posixpath.join(staging, parent)
+                        with self._step("create directory", where):
+                            ops.mkdir(where)
+                        made.add(parent)
+                where = posixpath.join(staging, path)
+                with self._step("write", where):
+                    ops.write(where, files[path])
+            where = posixpath.join(staging, COMPLETE_MARKER)
+            with self._step("write", where):
+                ops.write(where, f"{digest}\n".encode())
+            with self._step("rename", f"{staging} to {final}"):
+                if ops.rename(staging, final):
+                    return True
+        except BaseException:
+            ops.remove_tree(staging)
+            raise
+        ops.remove_tree(staging)
+        return False
+
+    @contextmanager
+    def _step(self, verb: str, path: str) -> Iterator[None]:
+        """An OSError of one push step as a TransportError naming the step, the path and the errno in words."""
+        try:
+            yield
+        except OSError as exc:
+            raise self.error(f"push failed: cannot {verb} {path}: {os_error_words(exc)}") from None
+
+    def _checked_tmp(self, ops: FileOps) -> str:
+        """The remote tmp, if it is an absolute path to a directory no other user can rename things in."""
+        override = self.host.extra.get("san_remote_tmp")
+        what = f"san_remote_tmp {override!r}" if override else "the remote tmp"
+        tmp = self.remote_tmp
+        if not posixpath.isabs(tmp):
+            raise self.error(f"{what} is a relative path: give an absolute directory on the host")
+        with self._step("inspect", tmp):
+            found = ops.stat(tmp, follow=True)
+            if found is None:
+                raise self.error(f"{what} does not exist on the host: create it or point san_remote_tmp elsewhere")
+            if not stat.S_ISDIR(found[1]):
+                raise self.error(f"{what} is not a directory on the host: point san_remote_tmp at a directory")
+            real = ops.realpath(tmp)
+            chain = [real]
+            while chain[-1] != "/":
+                chain.append(posixpath.dirname(chain[-1]))
+            for directory in chain:
+                mode = (ops.stat(directory, follow=True) or (0, 0))[1]
+                if mode & 0o022 and not mode & stat.S_ISVTX:
+                    who = "others" if mode & 0o002 else "its group"
+                    raise self.error(
+                        f"{what}: {directory} is writable by {who} and not sticky (mode {mode & 0o7777:o}):"
+                        f" another user could move the agent's directory away and put theirs in its place;"
+                        f" chmod +t {directory}, or set san_remote_tmp to a directory only you can write"
+                    )
+        return posixpath.normpath(tmp)
+
+    def _inspect(self, ops: FileOps, final: str, digest: str) -> _Found:
+        with self._step("inspect", final):
+            found = ops.stat(final)
+            if found is None:
+                return _Found("missing")
+            uid, mode = found
+            if uid != ops.uid:
+                return _Found("theirs", uid=uid)
+            if not stat.S_ISDIR(mode):
+                return _Found("bad", "it is not a directory", uid)
+            if mode & 0o022:
+                return _Found("bad", f"it is writable by others (mode {mode & 0o7777:o})", uid)
+            marker = posixpath.join(final, COMPLETE_MARKER)
+            content = ops.read(marker, 64)
+        if content is None:
+            return _Found("bad", f"it has no {COMPLETE_MARKER} (a push that died half-way)", uid)
+        if content != f"{digest}\n".encode():
+            return _Found("bad", f"its {COMPLETE_MARKER} holds {content[:40]!r}, not the digest {digest}"
+                          " (a push that failed, or a file system that lost writes)", uid)
+        return _Found("good", uid=uid)
+
+    def _what(self, ops: FileOps, path: str, found: _Found) -> str:
+        if found.state != "theirs":
+            return found.why or found.state
+        user = ops.owner_name(path, found.uid)
+        return f"owned by uid {found.uid} ({user or 'no user name known'}), not by us (uid {ops.uid})"
+
+    def _discard(self, ops: FileOps, path: str, why: str) -> None:
+        """Replace one of our directories that cannot be reused: moved aside first (so that a racing push
+        that just put a good copy in place loses at most its rename), then removed."""
+        log.warning("%s: replacing %s: %s", self.label, path, why)
+        aside = f"{path}.stale-{secrets.token_hex(4)}"
+        try:
+            moved = ops.rename(path, aside)
+        except OSError as exc:
+            if ops.stat(path) is None:
+                return  # a racing push moved it first
+            raise self.error(f"push failed: cannot move {path} aside to replace it: {os_error_words(exc)}") from None
+        if moved:
+            ops.remove_tree(aside)
+
+    def _own_name(self, ops: FileOps, tmp: str, base: str, digest: str, taken: str,
+                  found: _Found) -> tuple[str, _Found]:
+        """Another user holds ``taken``: a good copy of ours under a suffixed name, else a new such name."""
+        log.warning("%s: not using %s: %s; pushing to a name of our own", self.label, taken,
+                    self._what(ops, taken, found))
+        with self._step("list", tmp):
+            names = sorted(n for n in ops.names(tmp) if n.startswith(base) and _OWN_SUFFIX.fullmatch(n[len(base):]))
+        for candidate in names:
+            path = posixpath.join(tmp, candidate)
+            found = self._inspect(ops, path, digest)
+            if found.state == "good":
+                return path, found
+            if found.state == "bad":
+                self._discard(ops, path, found.why)
+        return posixpath.join(tmp, f"{base}-{secrets.token_hex(4)}"), _Found("missing")
 
     def close(self) -> None:
         """End every spawned command, then the connection. Idempotent."""
@@ -384,17 +545,3 @@ class Transport(ABC):
     def _check_open(self) -> None:
         if self._closed:
             raise self.error("transport is closed")
-
-    def _reusable(self, ops: FileOps, final: str) -> bool:
-        if ops.stat(posixpath.join(final, COMPLETE_MARKER)) is None:
-            return False
-        owner = ops.stat(final)
-        if owner is None:
-            return False
-        uid, mode = owner
-        if uid != ops.uid or mode & 0o022:
-            raise self.error(
-                f"refusing to reuse {final}: owned by uid {uid} (we are {ops.uid}), mode {mode & 0o777:o};"
-                " someone else may have planted it: remove it"
-            )
-        return True

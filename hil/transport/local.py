@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -102,18 +103,31 @@ class _LocalOps:
     def __init__(self) -> None:
         self.uid = os.getuid()
 
-    def stat(self, path: str) -> tuple[int, int] | None:
+    def stat(self, path: str, follow: bool = False) -> tuple[int, int] | None:
         try:
-            st = os.stat(path, follow_symlinks=False)
+            st = os.stat(path, follow_symlinks=follow)
         except FileNotFoundError:
             return None
         return st.st_uid, st.st_mode
+
+    def realpath(self, path: str) -> str:
+        return os.path.realpath(path)
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                return f.read(limit)
+        except FileNotFoundError:
+            return None
+
+    def names(self, directory: str) -> list[str]:
+        return os.listdir(directory)
 
     def mkdir(self, path: str) -> None:
         os.mkdir(path, 0o700)
 
     def write(self, path: str, data: bytes) -> None:
-        with open(path, "xb") as f:
+        with open(path, "xb") as f:  # close() raises what a lost write-back reports
             f.write(data)
 
     def rename(self, src: str, dst: str) -> bool:
@@ -127,6 +141,12 @@ class _LocalOps:
 
     def remove_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
+
+    def owner_name(self, path: str, uid: int) -> str | None:
+        try:
+            return pwd.getpwuid(uid).pw_name
+        except KeyError:
+            return None
 
 
 def _on_path(name: str) -> bool:

@@ -158,7 +158,7 @@ def explain(exc: BaseException, ep: Endpoint, offered: list[str], notes: list[st
                 " ansible_ssh_private_key_file or IdentityFile, or load a key into ssh-agent"
             )
         return f"authentication as {ep.user} failed: the server accepted none of: {', '.join(offered)}{skipped}"
-    if isinstance(exc, NoValidConnectionsError):
+    if isinstance(exc, (NoValidConnectionsError, ConnectionRefusedError)):
         return f"unreachable: connection refused by {ep.at} (is sshd running there? right port?)"
     if isinstance(exc, socket.gaierror):
         return f"unreachable: cannot resolve {ep.hostname!r}: {exc.strerror}"
@@ -168,6 +168,9 @@ def explain(exc: BaseException, ep: Endpoint, offered: list[str], notes: list[st
         return f"unreachable: {ep.at}: {exc.strerror or exc}"
     if isinstance(exc, EOFError):
         return f"{ep.at} closed the connection during the SSH handshake"
+    if str(exc) == "No existing session":  # paramiko stopped waiting for the key exchange, then tried to log in
+        return (f"SSH handshake with {ep.at} did not finish within {connect_timeout:g} s of its banner"
+                " (an overloaded host, or not an SSH server)")
     if "banner" in str(exc).lower():
         return f"no SSH banner from {ep.at} within {banner_timeout:g} s (not sshd, or still booting?)"
     return f"SSH handshake with {ep.at} failed: {exc}"

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import getpass
 import hashlib
 import os
+import pwd
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +36,7 @@ from hil.transport import (
     content_digest,
     open_transport,
 )
+from tests.support.shell_users import shell_user
 from tests.support.sshd import SshServer, descendants, free_port, is_running, parent_pid, wait_until, write_keypair
 
 # Echoes each line back; exits at EOF on stdin, as the agent does.
@@ -71,16 +76,57 @@ def leaves_nothing_behind() -> Iterator[None]:
     assert not leftovers()
 
 
-@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.slow)])  # ssh: the real sshd
+SSH_LOGINS = ("ssh", "ssh-dash", "ssh-busybox")  # the sshd as us (bash), as a dash user, as a busybox sh user
+
+
+@pytest.fixture(params=["local", *(pytest.param(p, marks=pytest.mark.slow) for p in SSH_LOGINS)])
 def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Transport]:
+    """Local subprocesses, or the real sshd logging in as us (bash), or as a user whose login shell is dash or
+    busybox sh (tests/support/shell_users.py: root only) through the sshd other users can use."""
     extra = {"san_remote_tmp": str(tmp_path)}  # pushes land in the test's own directory
     if request.param == "local":
         host = HostConfig(name="here", host="localhost", connection="local", extra=extra)
-    else:
+    elif request.param == "ssh":
         server: SshServer = request.getfixturevalue("sshd")
         host = server.host_config(extra=extra)
+    else:
+        user = shell_user(request.param.removeprefix("ssh-"))
+        server = request.getfixturevalue("shared_sshd")
+        directory = Path(tempfile.mkdtemp(prefix="pytest-san-remote-"))  # theirs: pytest's own tree is not
+        request.addfinalizer(lambda: shutil.rmtree(directory, ignore_errors=True))
+        os.chown(directory, user.pw_uid, user.pw_gid)
+        host = server.host_config(name=f"sshd-{user.pw_name}", user=user.pw_name,
+                                  extra={"san_remote_tmp": str(directory)})
     with open_transport(host, ssh_config=None) as t:
         yield t
+
+
+def remote_dir(transport: Transport) -> Path:
+    """Where the transport's pushes land (its user's to write)."""
+    return Path(transport.remote_tmp)
+
+
+def python(transport: Transport) -> str:
+    """An interpreter the transport's user may run: other users cannot reach ours (a venv under /root)."""
+    if transport.host.connection == "local" or transport.host.user == getpass.getuser():
+        return sys.executable
+    return shutil.which("python3", path="/usr/bin:/bin") or pytest.skip("no /usr/bin/python3 for other users")
+
+
+def echo(transport: Transport) -> list[str]:
+    return [python(transport), *ECHO[1:]]
+
+
+def login_uid(transport: Transport) -> int:
+    return os.getuid() if transport.host.connection == "local" else pwd.getpwnam(transport.host.user).pw_uid
+
+
+def test_the_login_shell_is_the_users(transport: Transport) -> None:
+    """(The dash and busybox users are what they claim: sshd runs their commands through that shell.)"""
+    if transport.host.connection == "local":
+        pytest.skip("local commands have no login shell")
+    shell = pwd.getpwnam(transport.host.user).pw_shell
+    assert transport.run(["sh", "-c", 'echo "$SHELL"'], timeout=10).stdout == f"{shell}\n"  # as sshd set it
 
 
 def fails(call: object, *args: object, **kwargs: object) -> str:
@@ -98,7 +144,7 @@ def test_run_returns_status_output_and_quotes_arguments(transport: Transport) ->
     result = transport.run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10)
     assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n")
     tricky = ["a b", "$HOME", "it's", "*", "; rm -rf /", ""]
-    result = transport.run([sys.executable, "-c", "import sys; print(sys.argv[1:])", *tricky], timeout=10)
+    result = transport.run([python(transport), "-c", "import sys; print(sys.argv[1:])", *tricky], timeout=10)
     assert result.stdout == f"{tricky}\n"
 
 
@@ -106,8 +152,8 @@ def test_run_of_a_missing_program_is_status_127(transport: Transport) -> None:
     assert transport.run(["no-such-program-here"], timeout=10).returncode == 127
 
 
-def test_run_of_a_file_that_is_no_program_is_status_126(transport: Transport, tmp_path: Path) -> None:
-    script = tmp_path / "not-executable"
+def test_run_of_a_file_that_is_no_program_is_status_126(transport: Transport) -> None:
+    script = remote_dir(transport) / "not-executable"
     script.write_text("#!/bin/sh\necho ran\n")
     script.chmod(0o644)
     result = transport.run([str(script)], timeout=10)
@@ -120,14 +166,15 @@ def test_run_past_its_timeout_fails_and_stops_the_command(transport: Transport) 
     # leaves_nothing_behind checks that the sleep is gone
 
 
-def test_push_reuses_the_content_addressed_directory(transport: Transport, tmp_path: Path) -> None:
+def test_push_reuses_the_content_addressed_directory(transport: Transport) -> None:
     where = transport.push(FILES)
-    uid = os.getuid()  # the transports log in as us
-    assert where == f"{tmp_path}/pytest-san-agent-u{uid}-{content_digest(FILES)}"  # each user's own name
+    here, uid = remote_dir(transport), login_uid(transport)
+    assert where == f"{here}/pytest-san-agent-u{uid}-{content_digest(FILES)}"  # each user's own name
     assert re.fullmatch(r"pytest-san-agent-u[0-9]+-[0-9a-f]{16}", Path(where).name)
     for path, data in FILES.items():
         assert (Path(where) / path).read_bytes() == data
-    assert (Path(where) / COMPLETE_MARKER).is_file()
+    assert (Path(where) / COMPLETE_MARKER).read_text() == f"{content_digest(FILES)}\n"  # what reuse compares
+    assert Path(where).stat().st_uid == uid and Path(where).stat().st_mode & 0o777 == 0o700
     stamps = {p: p.stat().st_mtime_ns for p in Path(where).rglob("*")}
 
     assert transport.push(dict(reversed(FILES.items()))) == where  # order does not matter
@@ -135,22 +182,90 @@ def test_push_reuses_the_content_addressed_directory(transport: Transport, tmp_p
 
     changed = transport.push({**FILES, "lib/util.py": b"X = 2\n"})
     assert changed != where and (Path(changed) / "lib/util.py").read_bytes() == b"X = 2\n"
-    assert transport.push(FILES, name="other").startswith(f"{tmp_path}/other-")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(  # no staging directory left
+    assert transport.push(FILES, name="other").startswith(f"{here}/other-")
+    assert sorted(p.name for p in here.iterdir()) == sorted(  # no staging directory left
         Path(p).name for p in (where, changed, f"other-u{uid}-{content_digest(FILES)}")
     )
 
 
-def test_push_refuses_a_directory_others_could_have_planted(transport: Transport, tmp_path: Path) -> None:
-    planted = tmp_path / f"pytest-san-agent-u{os.getuid()}-{content_digest(FILES)}"
-    planted.mkdir()
-    (planted / COMPLETE_MARKER).touch()
-    planted.chmod(0o777)
-    assert "refusing to reuse" in fails(transport.push, FILES)
-    planted.chmod(0o700)
-    (planted / COMPLETE_MARKER).unlink()  # as if an older push died half-way
-    (planted / "agent.py").write_bytes(b"print('ag")
-    assert f"has no {COMPLETE_MARKER} marker" in fails(transport.push, FILES)
+def plant(path: Path, uid: int, mode: int = 0o700, marker: bytes | None = None) -> Path:
+    """A directory at ``path`` owned by ``uid``, with ``marker`` as its .complete, and a stale agent.py."""
+    path.mkdir()
+    (path / "agent.py").write_bytes(b"print('ag")
+    if marker is not None:
+        (path / COMPLETE_MARKER).write_bytes(marker)
+    for entry in (path, *path.iterdir()):
+        os.chown(entry, uid, -1)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("why", ["writable by others", "no marker", "empty marker", "another digest"])
+def test_push_replaces_a_directory_of_ours_that_fails_the_check(transport: Transport, why: str,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """A push that died half-way, or that a full disk emptied (0-byte files and marker, as a pipelined SFTP
+    write that dropped its errors left them), is replaced, never reused."""
+    final = remote_dir(transport) / f"pytest-san-agent-u{login_uid(transport)}-{content_digest(FILES)}"
+    marker = {"writable by others": f"{content_digest(FILES)}\n".encode(), "no marker": None,
+              "empty marker": b"", "another digest": b"0123456789abcdef\n"}[why]
+    plant(final, login_uid(transport), 0o777 if why == "writable by others" else 0o700, marker)
+    assert transport.push(FILES) == str(final)
+    assert (final / "agent.py").read_bytes() == FILES["agent.py"]
+    assert (final / COMPLETE_MARKER).read_text() == f"{content_digest(FILES)}\n"
+    assert final.stat().st_mode & 0o777 == 0o700
+    assert [p.name for p in remote_dir(transport).iterdir()] == [final.name]  # nothing set aside is left
+    assert f"replacing {final}: " in caplog.text
+
+
+def test_push_passes_over_a_name_another_user_took(transport: Transport, caplog: pytest.LogCaptureFixture) -> None:
+    """Another user made a directory under our agent's name (they cannot be stopped in /tmp): it is left
+    alone, named with its owner, and the agent goes to a name of our own, found again by the next push."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a directory that another user owns")
+    here, uid = remote_dir(transport), login_uid(transport)
+    other = 0 if uid != 0 else pwd.getpwnam("nobody").pw_uid
+    squatted = plant(here / f"pytest-san-agent-u{uid}-{content_digest(FILES)}", other, 0o755)
+    where = transport.push(FILES)
+    assert re.fullmatch(rf"{squatted.name}-[0-9a-f]{{8}}", Path(where).name) and Path(where).parent == here
+    assert Path(where).stat().st_uid == uid and (Path(where) / "agent.py").read_bytes() == FILES["agent.py"]
+    assert (squatted / "agent.py").read_bytes() == b"print('ag"  # theirs, untouched
+    owner = pwd.getpwuid(other).pw_name
+    assert f"not using {squatted}: owned by uid {other} ({owner}), not by us (uid {uid})" in caplog.text
+    assert transport.push(FILES) == where  # reused, not one more copy
+    assert sorted(p.name for p in here.iterdir()) == sorted([squatted.name, Path(where).name])
+
+
+def test_push_names_what_is_wrong_with_the_remote_tmp(transport: Transport, tmp_path: Path) -> None:
+    here = remote_dir(transport)
+    cases = {
+        "relative/tmp": "san_remote_tmp 'relative/tmp' is a relative path: give an absolute directory on the host",
+        f"{here}/missing": f"san_remote_tmp '{here}/missing' does not exist on the host",
+        f"{here}/a-file": f"san_remote_tmp '{here}/a-file' is not a directory on the host",
+    }
+    (here / "a-file").write_text("")
+    for path, expected in cases.items():
+        transport.host = dataclasses.replace(transport.host, extra={"san_remote_tmp": path})
+        assert fails(transport.push, FILES).startswith(f"{transport.label}: {expected}")
+
+
+@pytest.mark.parametrize("where", ["the remote tmp", "its parent"])
+def test_push_refuses_a_remote_tmp_others_can_rename_things_in(transport: Transport, where: str) -> None:
+    """In a directory others may write to and that is not sticky, another user can move our agent away and
+    put theirs in its place: refused, naming the directory; sticky (as /tmp is), it is fine."""
+    shared = remote_dir(transport) / "shared"
+    shared.mkdir()
+    tmp = shared if where == "the remote tmp" else shared / "mine"
+    if tmp != shared:
+        tmp.mkdir()
+    os.chown(tmp, login_uid(transport), -1)
+    shared.chmod(0o777)
+    transport.host = dataclasses.replace(transport.host, extra={"san_remote_tmp": str(tmp)})
+    message = fails(transport.push, FILES)
+    assert message.startswith(f"{transport.label}: san_remote_tmp '{tmp}': {shared} is writable by others and"
+                              " not sticky (mode 777): another user could move the agent's directory away")
+    assert f"chmod +t {shared}" in message and list(tmp.iterdir()) == []
+    shared.chmod(0o1777)
+    assert Path(transport.push(FILES)).parent == tmp
 
 
 def test_push_rejects_paths_outside_its_directory(transport: Transport) -> None:
@@ -160,7 +275,7 @@ def test_push_rejects_paths_outside_its_directory(transport: Transport) -> None:
 
 
 def test_spawn_talks_and_closing_the_channel_ends_the_command(transport: Transport) -> None:
-    channel = transport.spawn(ECHO)
+    channel = transport.spawn(echo(transport))
     running = channel.alive  # (a local, so that mypy does not narrow the property for good)
     assert channel.pid is not None and running
     channel.write(b"one\ntwo\n")
@@ -191,7 +306,7 @@ def test_readline_timeout_names_host_and_command(transport: Transport) -> None:
 
 def test_end_of_output_reports_status_and_stderr(transport: Transport) -> None:
     script = "import sys; print('partial', end=''); sys.stderr.write('boom\\n'); sys.exit(4)"
-    channel = transport.spawn([sys.executable, "-c", script])
+    channel = transport.spawn([python(transport), "-c", script])
     message = fails(channel.readline, timeout=10)
     assert message.startswith(transport.label + ": ")
     assert "exit status 4" in message and "b'partial'" in message and message.endswith("boom")
@@ -199,7 +314,7 @@ def test_end_of_output_reports_status_and_stderr(transport: Transport) -> None:
 
 
 def test_closing_the_transport_ends_what_it_spawned(transport: Transport) -> None:
-    channels = [transport.spawn(ECHO) for _ in range(2)]
+    channels = [transport.spawn(echo(transport)) for _ in range(2)]
     transport.close()
     transport.close()
     assert all(c.pid is not None and not is_running(c.pid) for c in channels)
