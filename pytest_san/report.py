@@ -64,9 +64,11 @@ class TestResult:
 
 @dataclasses.dataclass
 class ModelResult:
-    """What ``pytest --pyargs pytest_san.model`` found (the report's ``"model"`` section, CONTRACT.md section 5).
+    """What the reference model found (the report's ``"model"`` section, CONTRACT.md section 5): the suite's run
+    (``pytest --pyargs pytest_san.scenarios``) and ``pytest --pyargs pytest_san.model``'s, merged.
 
-    ``divergences`` are as ``pytest_san.model`` renders them (dicts with the shrunk steps); ``costs``
+    ``divergences`` are as ``pytest_san.model`` renders them (dicts with the shrunk steps and the ``rules`` each
+    breaks); ``costs``
     holds each run's cost line; under pytest-xdist the controller merges every worker's runs.
     """
 
@@ -122,8 +124,9 @@ class ModelResult:
             met = ", ".join(f"{name} {count}" for name, count in sorted(self.alternatives.items()))
             out.append((f"  documented alternatives expected (steps): {met}", False))
         for div in self.divergences:
-            out.append((f"  divergence ({div.get('kind')}, seed {div.get('seed')} sequence {div.get('sequence')}): "
-                        f"{div.get('side')}: {div.get('message')}", True))
+            breaks = f", breaking {', '.join(div['rules'])}" if div.get("rules") else ""
+            out.append((f"  divergence ({div.get('kind')}, seed {div.get('seed')} sequence {div.get('sequence')}"
+                        f"{breaks}): {div.get('side')}: {div.get('message')}", True))
             out += [(f"  {line}", True) for line in div.get("steps", ())]
         return out
 

@@ -26,6 +26,7 @@ from pytest_san.protocols import (
     Backend,
     Call,
     Faults,
+    ModelBudget,
     Node,
     Pipelining,
     Process,
@@ -216,6 +217,12 @@ class HilBackend:
     @property
     def faults(self) -> RemoteFaults | None:
         return RemoteFaults(self) if "faults" in self._capabilities else None
+
+    def model_budget(self) -> ModelBudget:
+        """The reference model in the suite's run on lab hosts (pytest_san.protocols.DeclaresModelBudget): a
+        sequence costs about 1.2 s on rxe guests under TCG (docs/model.md), so 16 sequences of 20 steps, none
+        started after a minute."""
+        return ModelBudget(sequences=16, steps=20, deadline=60.0)
 
     def agent_of(self, thing: object) -> Agent:
         session = thing.session if hasattr(thing, "session") else getattr(getattr(thing, "process", None),

@@ -105,7 +105,9 @@ def _key(message: str) -> set[str]:
 
 def _registrations(message: str, step: Step | None) -> set[str]:
     """What differs between the provider's registrations and the model's, entry by entry (execute.py's
-    message shows both as (kind, address, length, access, references) lists)."""
+    message shows both as (kind, address, length, access, references) lists): more access than asked (R6, R7),
+    other counts (R13), another range (R8), one a transfer made or another socket's (R1), one left by a close
+    (R11)."""
     closing = step is None or isinstance(step, Close | Reconnect)
     found = re.search(r"the provider has (\[.*\]), the model (\[.*\])$", message)
     try:
@@ -128,6 +130,8 @@ def _registrations(message: str, step: Step | None) -> set[str]:
     rest = sorted((real_at[k][0], *real_at[k][3:]) for k in left)
     if left and rest == sorted((want_at[k][0], *want_at[k][3:]) for k in missing):
         rules.add("R8")  # the same registrations, at another address or of another length
+    elif left and isinstance(step, Transfer):
+        rules.add("R1")  # a transfer registers nothing: the socket lists memory it never registered
     elif left or missing:
         rules.add("R11" if closing and left else "R13")
     return rules
@@ -172,7 +176,7 @@ def _completion(message: str, step: Step | None, model: Model) -> set[str]:
         return {ANSWERS}
     op, status, expected = int(found.group(1)), found.group(2), set(re.findall(r"[A-Z_]{3,}", found.group(3)))
     own = isinstance(step, Transfer) and step.op == op
-    if own and status == "SUCCESS" and "SUCCESS" not in expected:
+    if own and status in ("SUCCESS", "still") and "SUCCESS" not in expected:  # done or pending: not refused
         assert isinstance(step, Transfer)
         return _faults(step, model) or {ANSWERS}
     if step is None or isinstance(step, Close | Reconnect):
@@ -267,7 +271,7 @@ def _foreign(s: MSock, kind: str, value: object, model: Model) -> set[str]:
         return set()
     regs: list[MReg] = [r for r in model.regs.values() if r.kind == kind and type(r.key) is type(value)
                         and r.key == value]
-    if not regs:
+    if not regs or any(r.live and r.sock is s for r in regs):  # junk, or live here (in use: R13 alone)
         return set()
     if any(r.live and r.sock is not s for r in regs):
         return {own}

@@ -2,21 +2,23 @@
 
 - a *Rules* column in the results table: the rule ids each test checks (R11 too where its teardown found a leak);
 - in the summary: the backend, its capabilities and the per-rule table (passed/failed/skipped, as ``--san-report``);
-- on the reference model's test: its verdict and each divergence, shrunk, as the test's extra.
+- on the reference model's test: its verdict and each divergence, shrunk, as the test's extra; on each of the
+  suite's per-rule model tests, the divergences that break its rule.
 
 The hooks are optional: without pytest-html nothing here runs, and pytest-html is never imported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from html import escape
 from typing import Any
 
 import pytest
 
 from ..report import LEAK_RULE, OUTCOMES, RULE_IDS, ConformanceReport, ModelResult, catalog_order
-from .hooks import REPORT_KEY
+from .hooks import REPORT_KEY, marker_args
+from .model import FIXTURE, SUITE_MODEL_KEY
 
 _STYLE = ("<style>table.san-rules{border-collapse:collapse;margin:.5em 0}"
           "table.san-rules th,table.san-rules td{border:1px solid #e6e6e6;padding:2px 8px;text-align:right}"
@@ -102,17 +104,30 @@ def model_html(model: ModelResult, before: tuple[int, int, int]) -> str | None:
     sequences, first_divergence, first_seed = before
     ran = model.sequences - sequences
     divergences = model.divergences[first_divergence:]
-    seeds = ", ".join(str(seed) for seed in model.seeds[first_seed:])
     if ran <= 0 and not divergences:
         return None
+    return _verdict_html(model.backend, divergences, ran, model.seeds[first_seed:], "")
+
+
+def rule_model_html(model: ModelResult, rules: Sequence[str]) -> str:
+    """The suite's model run as one of its per-rule tests shows it: the divergences that break ``rules``."""
+    divergences = [d for d in model.divergences if set(d.get("rules", ())) & set(rules)]
+    return _verdict_html(model.backend, divergences, model.sequences, model.seeds, " breaking " + ", ".join(rules))
+
+
+def _verdict_html(backend: str, divergences: Sequence[dict[str, Any]], ran: int, seeds: Sequence[int],
+                  breaking: str) -> str:
     verdict = "diverged" if divergences else "passed"
     mark = f"\u2717 {len(divergences)} divergence(s)" if divergences else "\u2713 no divergence"
     parts = [f'<div class="san-model" data-verdict="{verdict}">',
-             f"<p><strong>Reference model on {escape(model.backend or '(none)')}</strong>: {mark} in {ran} "
-             f"sequence(s); seed {escape(seeds)} (replay: --san-model-seed)</p>"]
+             f"<p><strong>Reference model on {escape(backend or '(none)')}</strong>: {mark}{escape(breaking)} in "
+             f"{ran} sequence(s); seed {escape(', '.join(str(seed) for seed in seeds))} (replay: --san-model-seed)"
+             "</p>"]
     for number, div in enumerate(divergences, 1):
+        rules = ", ".join(div.get("rules", ()))
         title = (f"divergence {number} of {len(divergences)}: {div.get('side')}: {div.get('category')} after a "
-                 f"{div.get('step')} step (seed {div.get('seed')}, sequence {div.get('sequence')}, {div.get('kind')})")
+                 f"{div.get('step')} step (seed {div.get('seed')}, sequence {div.get('sequence')}, {div.get('kind')})"
+                 + (f", breaking {rules}" if rules else ""))
         steps = "\n".join(str(line) for line in div.get("steps", ()))
         parts += [f'<p class="san-divergence">{escape(title)}</p>',
                   f'<p class="san-divergence-message">{escape(str(div.get("message", "")))}</p>',
@@ -125,9 +140,12 @@ def model_html(model: ModelResult, before: tuple[int, int, int]) -> str | None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
     before = item.stash.get(_MODEL_BEFORE, None)
+    suite_model = item.config.stash.get(SUITE_MODEL_KEY, None)
     if call.when == "call" and before is not None:
         model = item.config.stash[REPORT_KEY].model
         content = None if model is None else model_html(model, before)
+        if suite_model is not None and FIXTURE in getattr(item, "fixturenames", ()):  # one rule's test of the suite
+            content = rule_model_html(suite_model, [str(rule) for rule in marker_args(item, "san_rule")])
         if content is not None:
             # pytest-html's format for an extra (pytest_html.extras.html), written out: nothing imports it here.
             extra = {"name": "SAN model", "format_type": "html", "content": content, "mime_type": None,

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from ..model import Budget, Summary
     from ..protocols import Backend
 
-SUITE_BUDGET = ModelBudget(sequences=100, steps=40)
-"""The suite's model on a backend that declares no budget of its own: about 1 s on the emulator."""
+SUITE_BUDGET = ModelBudget(sequences=100, steps=40, deadline=10.0)
+"""The suite's model on a backend that declares no budget of its own: about 1 s on the emulator. The deadline
+only bounds a provider the model finds wrong: shrinking each divergence replays its steps many times."""
 SUITE_SEED = 1
 DEEP_BUDGET = ModelBudget(sequences=100, steps=40)
 """``pytest --pyargs pytest_san.model``'s defaults (its seed: a fresh one each run, printed)."""
