@@ -9,7 +9,7 @@ import pytest
 from hil.controller.backend import HilBackend
 from hil.plugin.diagnostics import DIAGNOSTICS_PREFIX, collect
 from hil.plugin.hosts import select_hosts
-from hil.plugin.xdist import leased_backend
+from hil.plugin.xdist import lease_policy, leased_backend
 from pytest_san.plugin.hooks import created_backend
 
 
@@ -24,8 +24,9 @@ def pytest_san_make_backend(config: pytest.Config, name: str) -> HilBackend | No
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    # The host list is read (and any problem in it reported) once, before collection; not per test.
-    select_hosts(session.config)
+    # The host list and the lease options are read (and any problem in them reported, as one UsageError)
+    # once, before collection; not per test. In an xdist controller too, before any worker starts.
+    lease_policy(session.config, select_hosts(session.config))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -18,12 +18,10 @@ from typing import Any
 import pytest
 
 from hil.controller.backend import HilBackend
-from hil.controller.errors import AgentStartError
 from hil.controller.leases import (
     DEFAULT_LEASE_TIMEOUT,
     LeasePolicy,
     LeaseRequest,
-    LeaseTimeout,
     hosts_per_worker,
     now_iso,
 )
@@ -33,11 +31,6 @@ from pytest_san.plugin.hooks import created_backend, wrappers
 LEASES_KEY = pytest.StashKey[list[dict[str, Any]]]()
 """In the xdist controller: every finished worker's lease records."""
 RUN_KEY = pytest.StashKey[str]()
-FAILED_KEY = pytest.StashKey[str]()
-"""Why leasing failed: the next test fails at once instead of waiting out the timeout again."""
-START_FAILED_KEY = pytest.StashKey[dict[str, AgentStartError]]()
-"""Per host: why its agent could not start. The next test fails at once, not after starting it again."""
-REMEMBERED = " [remembered: the agent's first start failed so; it is not started again this session]"
 WORKEROUTPUT_LEASES = "san_leases"
 
 
@@ -87,6 +80,17 @@ def notifier(config: pytest.Config) -> Callable[[str], None]:
     return notify
 
 
+def worker_count(config: pytest.Config) -> int:
+    """The run's xdist workers: in a worker its ``workercount``; in the controller ``-n`` (1 without xdist)."""
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return int(workerinput.get("workercount", 1))
+    numprocesses = config.getoption("numprocesses", None)
+    if isinstance(numprocesses, int) and numprocesses > 0 and config.getoption("dist", "no") != "no":
+        return numprocesses
+    return 1
+
+
 def lease_policy(config: pytest.Config, hosts: Sequence[HostConfig]) -> LeasePolicy:
     """This process's lease: as which worker of which run, how many of ``hosts``, from which offset."""
     setting = config.getoption("san_hosts_per_worker") or config.getini("san_hosts_per_worker")
@@ -96,10 +100,14 @@ def lease_policy(config: pytest.Config, hosts: Sequence[HostConfig]) -> LeasePol
         raise pytest.UsageError(f"--san-hosts-per-worker: {exc}") from None
     names = ", ".join(h.name for h in hosts)
     if count > len(hosts):
+        given = str(setting or "auto").strip().lower()
+        if given == "auto":
+            raise pytest.UsageError(
+                f"--san-hosts-per-worker auto is {count} (a pair of verbs hosts), but the selection has "
+                f"{len(hosts)} host(s): {names}: add a host, or make each host san_loopback or emulator-engine")
         raise pytest.UsageError(f"--san-hosts-per-worker={count}, but the selection has {len(hosts)} host(s): {names}")
     worker = worker_id(config)
-    workerinput: dict[str, Any] = getattr(config, "workerinput", None) or {}
-    workers = int(workerinput.get("workercount", 1))
+    workers = worker_count(config)
     if workers * count > len(hosts):
         raise pytest.UsageError(
             f"{workers} xdist workers x {count} host(s) each need {workers * count} hosts, the selection has "
@@ -111,34 +119,16 @@ def lease_policy(config: pytest.Config, hosts: Sequence[HostConfig]) -> LeasePol
 
 
 def leased_backend(config: pytest.Config, hosts: Sequence[HostConfig]) -> HilBackend:
-    """The session's HilBackend on the hosts this process leased out of ``hosts``."""
-    failed = config.stash.get(FAILED_KEY, None)
-    if failed is not None:
-        raise LeaseTimeout(failed)
-    start_failed = config.stash.setdefault(START_FAILED_KEY, {})
-    for host in hosts:
-        if host.name in start_failed:
-            raise remembered(start_failed[host.name])
-    policy = lease_policy(config, hosts)
-    try:
-        backend = HilBackend(hosts, leases=policy, wrap=wrappers(config))
-    except LeaseTimeout as exc:
-        config.stash[FAILED_KEY] = str(exc)
-        raise
-    except AgentStartError as exc:
-        start_failed[exc.host] = exc
-        raise
+    """The session's HilBackend on the hosts this process leased out of ``hosts``.
+
+    A failure (a lease timeout, an agent that cannot start, a host that cannot be reached) is pytest-san's
+    to report: once, and the session stops (``pytest_san.plugin.backends.make_backend``)."""
+    backend = HilBackend(hosts, leases=lease_policy(config, hosts), wrap=wrappers(config))
     workeroutput: dict[str, Any] | None = getattr(config, "workeroutput", None)
     if workeroutput is not None:
         # The very list: the backend fills in the ends when it closes, before xdist ships workeroutput.
         workeroutput[WORKEROUTPUT_LEASES] = backend.lease_log.records
     return backend
-
-
-def remembered(first: AgentStartError) -> AgentStartError:
-    """``first`` again, its reason still on the first line, saying that it is the remembered first failure."""
-    reason, newline, rest = str(first).partition("\n")
-    return AgentStartError(reason + REMEMBERED + newline + rest, first.host)
 
 
 @pytest.hookimpl(optionalhook=True)

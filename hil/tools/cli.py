@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hil.controller.errors import AgentError
 from hil.extras import missing_extra
 from hil.inventory import InventoryError, load_inventory
 from hil.tools.arguments import INVENTORY_HELP, chosen_parser, refuse_renamed, refuse_unknown, split_passed_on
 from hil.tools.console import log_to_stderr, safe_streams
+from hil.transport.base import TransportError
 from pytest_san import __version__
 
 # --hosts is a count of guests in `lab up`/`lab run` (SPEC 5.1); host names are --limit, as in Ansible.
@@ -105,7 +107,22 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"san-hil {args.command}: {why}", file=sys.stderr)
         return 2
+    except (OSError, AgentError, TransportError) as exc:  # the world, not a bug: one line, never a traceback
+        print(f"san-hil {args.command}: {one_line(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"san-hil {args.command}: interrupted", file=sys.stderr)
+        return 130
     return status
+
+
+def one_line(exc: BaseException) -> str:
+    """An expected failure on one line: an OSError's words and path (``Permission denied: /x``), else the
+    first line of its message (an agent's or transport's, which names the host)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+        return f"{exc.strerror}: {' -> '.join(paths)}" if paths else exc.strerror
+    return (str(exc).strip() or type(exc).__name__).splitlines()[0]
 
 
 if __name__ == "__main__":

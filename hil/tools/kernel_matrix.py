@@ -116,7 +116,12 @@ def add_matrix_command(commands: Any) -> None:
 def _run(args: Any) -> int:
     import sys
 
-    rows = write_matrix(args.directory)
+    directory: Path = args.directory
+    if not directory.is_dir():
+        why = "is not a directory" if directory.exists() else "no such directory"
+        print(f"san-hil matrix: {directory}: {why} (the folder san-hil nightly's labs wrote)", file=sys.stderr)
+        return 2
+    rows = write_matrix(directory)
     if not rows:
         print(f"san-hil matrix: no <provider>-<kernel>/report.json in {args.directory}", file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -119,6 +120,20 @@ class NightlyOptions:
     model: ModelOptions | None = dataclasses.field(default_factory=ModelOptions)  # None: --no-model
 
 
+def out_directory(given: Path, option: str) -> Path:
+    """``given``, resolved and made if missing; ValueError naming ``option`` and the path if it cannot be."""
+    out = given.resolve()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{option} {given}: {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{option} {given}: cannot create {out}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {given}: {out} is not writable")
+    return out
+
+
 def nightly(opts: NightlyOptions) -> int:
     """Run it all and write the files; 0 only when every set passed, the model found no divergence
     and every measurement worked. Progress: records of ``hil.tools.nightly``."""
@@ -126,8 +141,7 @@ def nightly(opts: NightlyOptions) -> int:
     inventory = opts.inventory.resolve()
     hosts = load_inventory(inventory).select(opts.group, opts.hosts)
     sets = host_sets(hosts)
-    out = opts.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_directory(opts.out, "--out")
     suites = [SetRun(hs, out / "hosts" / hs.slug) for hs in sets]
     for run in suites:
         run.argv = pytest_argv(run, inventory, opts.group, opts.lease_timeout, opts.pytest_args)

@@ -14,6 +14,47 @@ from importlib.metadata import EntryPoint, entry_points
 import pytest
 
 GROUP = "pytest_san.backends"
+BUILD_FAILED_KEY = pytest.StashKey[str]()
+"""Why the session's backend could not be built: reported once; the session stops after that test."""
+REMEMBERED = " [remembered: building the backend failed so earlier in this session; it is not tried again]"
+_MAX_LINES = 25  # of a failure's message (an agent's stderr follows its first line)
+
+
+def make_backend(config: pytest.Config, name: str) -> object | None:
+    """The backend ``pytest_san_make_backend`` builds, reported once if it cannot be built.
+
+    A failure is one short error (its message, no traceback) on the test that needed the backend, and the
+    session stops after that test (``session.shouldfail``; xdist stops the other workers): not one
+    traceback per test, each building the backend again. A later try (another worker's first test) gets
+    the same error, remembered.
+    """
+    failed = config.stash.get(BUILD_FAILED_KEY, None)
+    if failed is not None:
+        raise pytest.fail.Exception(failed + REMEMBERED, pytrace=False)
+    try:
+        made: object | None = config.hook.pytest_san_make_backend(config=config, name=name)
+        return made
+    except (pytest.skip.Exception, pytest.exit.Exception):
+        raise
+    except (Exception, pytest.fail.Exception) as exc:
+        message = build_failure(name, exc)
+        config.stash[BUILD_FAILED_KEY] = message
+        session = config.pluginmanager.get_plugin("session")
+        if session is not None and not session.shouldfail:
+            session.shouldfail = f"san: the {name} backend could not be built: no SAN test can run (the error above)"
+        raise pytest.fail.Exception(message, pytrace=False) from None
+
+
+def build_failure(name: str, exc: BaseException) -> str:
+    """``exc``'s message as the one error of a backend that could not be built: the builtin exceptions'
+    class named (``ConnectionRefusedError: ...``), the lines cut to a screenful."""
+    text = str(exc).strip() or repr(exc)
+    if type(exc).__module__ == "builtins":
+        text = f"{type(exc).__name__}: {text}"
+    lines = text.splitlines()
+    if len(lines) > _MAX_LINES:
+        lines = [*lines[:_MAX_LINES], f"... ({len(lines) - _MAX_LINES} more lines)"]
+    return f"san: the {name} backend could not be built: " + "\n".join(lines)
 
 
 def backend_entry_points() -> dict[str, EntryPoint]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from ..report import LEAK_RULE, ConformanceReport, ModelResult, Outcome, catalog_order, is_rule_id, worse
-from .backends import backend_entry_points, load_backend_plugin
+from .backends import backend_entry_points, load_backend_plugin, make_backend
 from .capabilities import common, every_node, missing_reason, note_replacement
 from .options import DEFAULT_BACKEND
 
@@ -98,7 +98,7 @@ def get_backend(config: pytest.Config) -> Backend:
     backend = created_backend(config)
     if backend is None:
         name = backend_name(config)
-        made = config.hook.pytest_san_make_backend(config=config, name=name)
+        made = make_backend(config, name)  # a failure: one short error, then the session stops
         if made is None:
             raise _unknown_backend(config, name)
         backend = cast("Backend", made)

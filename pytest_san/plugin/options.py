@@ -7,9 +7,34 @@ the command line was parsed.
 
 from __future__ import annotations
 
+import argparse
+import math
+
 import pytest
 
 DEFAULT_BACKEND = "emulator"
+
+
+def seconds(text: str) -> float:
+    """An option's seconds: a finite number >= 0 (argparse names the option in its error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def hosts_count(text: str) -> str:
+    """``--san-hosts-per-worker``: auto, all or a number >= 1 (how it compares with the hosts is checked
+    once they are known, at session start)."""
+    value = text.strip().lower()
+    if value in ("auto", "all"):
+        return value
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, 'auto' or 'all', got {text!r}")
+    return value
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,10 +78,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="comma-separated: names of the inventory group's hosts (a subset), and/or host URLs "
                          "that need no inventory: ssh://[user@]host[:port][?device=rxe0&port=1&gid_index=1], "
                          "local://[?engine=emulator&loopback=1]")
-    group.addoption("--san-lease-timeout", metavar="SECONDS", type=float, default=None,
+    group.addoption("--san-lease-timeout", metavar="SECONDS", type=seconds, default=None,
                     help="how long to wait for lab hosts leased by others, then fail naming the holders "
                          "(default: ini san_lease_timeout, else the backend's: 300 on hil)")
-    group.addoption("--san-hosts-per-worker", metavar="N|auto|all", default=None,
+    group.addoption("--san-hosts-per-worker", metavar="N|auto|all", type=hosts_count, default=None,
                     help="hosts each pytest process or xdist worker leases out of the selected ones; auto "
                          "(default): 1 if every host is emulator-engine or san_loopback, else 2 (a pair)")
     group.addoption("--san-device", metavar="NAME", default=None,
