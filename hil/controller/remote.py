@@ -38,6 +38,12 @@ def question_key(encoded: list[Encoded]) -> str:
     return json.dumps(encoded, sort_keys=True, default=repr)
 
 
+def as_handle(value: object) -> Handle:
+    """A register_memory handle as the agent sent it: opaque, whatever JSON carried (an int, a string, ...), never
+    made an int; an array becomes a tuple, to stay hashable."""
+    return tuple(value) if isinstance(value, list) else value
+
+
 class Remote:
     """An object living in an agent, known by its id there."""
 
@@ -425,7 +431,7 @@ class RemoteProvider(Remote):
         return self.session.obj(self._call(method, *args), RemoteOperation)
 
     def register_memory(self, socket: Socket, buffer: Buffer, access: Access) -> Handle:
-        return int(self._call("register_memory", socket, buffer, access))
+        return as_handle(self._call("register_memory", socket, buffer, access))
 
     def deregister_memory(self, socket: Socket, handle: Handle) -> None:
         self.session.void(self.oid, "deregister_memory", socket, handle)

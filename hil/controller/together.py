@@ -24,6 +24,7 @@ from hil.controller.remote import (
     RemoteProxy,
     RemoteSocket,
     Session,
+    as_handle,
     as_registrations,
 )
 from pytest_san.protocols import Call
@@ -135,7 +136,7 @@ WAYS: dict[tuple[type, str], Way] = {
     (RemoteProcess, "alive"): Way(_method("alive"), _value(lambda s, v: bool(v))),
     (RemoteBuffer, "read"): Way(_buffer("buffer_read", RemoteBuffer.checked_read), _plain),
     (RemoteBuffer, "write"): Way(_buffer("buffer_write", RemoteBuffer.checked_write), _plain),
-    (RemoteProvider, "register_memory"): Way(_method("register_memory"), _value(lambda s, v: int(v))),
+    (RemoteProvider, "register_memory"): Way(_method("register_memory"), _value(lambda s, v: as_handle(v))),
     (RemoteProvider, "register_rdma_memory"): Way(_method("register_rdma_memory"), _value(lambda s, v: bytes(v))),
     (RemoteProvider, "deregister_memory"): Way(_method("deregister_memory"), _plain),
     (RemoteProvider, "deregister_rdma_memory"): Way(_method("deregister_rdma_memory"), _plain),

@@ -1,7 +1,8 @@
 """One backend running a sequence: each step called through the public API, judged against the model.
 
 After every step the checks compare the backend's state with the model's: ``registrations(socket)``
-(kind, range, access, references), each proxy's live allocations (R12: one per live registration),
+(kind, range, access, references), each proxy's live allocations (R12: a pin per live registration, or per
+register call),
 every byte of the buffers (guards included), each socket's ``connected``/``closed``, and that
 operations the model holds pending are still pending. With ``full`` checks (the emulator: every call
 is cheap) all of it after every step; otherwise (a lab: every call is a round trip) only what the step
@@ -23,7 +24,7 @@ from ..protocols import Answering, Call, PendingOperation, Provider, Question, S
 from ..together import make, together
 from .alternatives import RNR_BOUNDED
 from .reference import Model
-from .state import Expect, KeyValue, Touched
+from .state import Expect, KeyValue, Touched, not_a_key
 from .steps import Close, Deregister, Key, Reconnect, Register, Scribble, Step, Transfer, View, pattern
 from .world import World
 
@@ -365,15 +366,17 @@ class Side:
     def _key(self, step: Register, seen: Seen, key: object) -> None:
         model = self.model
         assert model is not None
-        if step.kind == "memory" and not (isinstance(key, int) and not isinstance(key, bool)):
-            seen.problem("key", f"register_memory returned {key!r}, not a handle (an int)")
+        call = "register_memory" if step.kind == "memory" else "register_rdma_memory"
+        why = not_a_key(step.kind, key, model.desc_size)
+        if why:
+            seen.problem("key", f"{call} returned {key!r:.80}, {why}")
             return
-        if step.kind == "rdma" and not (isinstance(key, bytes) and 0 < len(key) <= model.desc_size):
-            seen.problem("key", f"register_rdma_memory returned {key!r}, not a descriptor of at most "
-                                f"{model.desc_size} bytes")
-            return
-        value: KeyValue = key  # type: ignore[assignment]
+        value: KeyValue = key
         sock = model.socks[step.sock]
+        if step.kind == "rdma" and value in sock.released:  # a stale copy of it would reach this registration's memory
+            seen.problem("key", f"{call} returned {value!r}, a descriptor deregistered on this connection before "
+                                "(R3: never handed out again on it)")
+            return
         mine = (step.kind, step.view, step.access)
         clash = [r for r in sock.regs.values() if r.kind == step.kind and r.key == value and r.key is not None
                  and (r.kind, r.view, r.access) != mine]
@@ -480,7 +483,8 @@ class Side:
             if not base + low <= live <= base + high:
                 want = f"{base + low}" if low == high else f"{base + low} to {base + high}"
                 seen.problem("proxy", f"proxy of node {node}: {live!r} live allocations, the model has {want} "
-                                      "(one per live registration, R12)")
+                                      "(R12: at least one per live registration, at most one per register call "
+                                      "it answered)")
         for pi, bi in checked.buffers:
             self._bytes(seen, pi, bi, ask)
         for sock_id in checked.states:

@@ -104,7 +104,9 @@ class Model(TransferModel):
         if same:  # R13: the same registration, one more reference (or a new key: see bind)
             reg = same[0]
             reg.refs += 1
+            reg.calls += 1
             ex.same = reg
+            ex.touched.nodes.add(s.node)  # R12: the proxy may pin again for this call
             assert reg.key is not None
             self.keys[step.reg] = reg.key
         else:
@@ -125,6 +127,7 @@ class Model(TransferModel):
         elif reg.key != key:
             s = reg.sock
             reg.refs -= 1
+            reg.calls -= 1
             other = next((r for r in s.same(reg.kind, reg.view, reg.access) if r.key == key), None)
             if other is None:
                 other = MReg(reg.kind, reg.view, reg.access, s, step.reg, key=key)
@@ -132,6 +135,7 @@ class Model(TransferModel):
                 self.exp.touched.nodes.add(s.node)  # it may pin again, or share the pages (live_registrations)
             else:
                 other.refs += 1
+                other.calls += 1
             self.regs[step.reg] = reg = other
         self.keys[step.reg] = key
 
@@ -152,10 +156,12 @@ class Model(TransferModel):
             ex.raises = frozenset({"WSAEINVAL"})
             return
         reg.refs -= 1
+        ex.touched.nodes.add(s.node)  # R12: the proxy frees its pins (or, pinned per call, this call's)
         if not reg.refs:
             reg.live = False
             del s.regs[reg.rid]
-            ex.touched.nodes.add(s.node)  # R12: the proxy frees it
+            if reg.kind == "rdma" and isinstance(reg.key, bytes):
+                s.released.add(reg.key)  # R3: never handed out again on this connection
 
     def _close(self, s: MSock) -> None:
         ex = self.exp
@@ -221,11 +227,14 @@ class Model(TransferModel):
         return [s.id for s in self.slots[step.slot] if s.state != "closed"]
 
     def live_registrations(self, node: int) -> tuple[int, int]:
-        """R12: the proxy pins one allocation per live distinct registration: (at least, at most). They differ
-        only for a provider that answers a range registered twice with two keys: it may pin each or share."""
+        """R12: the pins the proxy may hold for the live registrations: (at least, at most). At least one per
+        live distinct range (none missing while one is live); at most one per register call each live
+        registration answered (a provider may pin once per call, or once per distinct registration, or share
+        the pages of a range it answered with two keys); none for a registration released (no pin outlives the
+        last registration that needed it)."""
         socks = [s for s in self.socks.values() if s.node == node]
         ranges = sum(len({(r.kind, r.view, r.access) for r in s.regs.values()}) for s in socks)
-        return ranges, sum(len(s.regs) for s in socks)
+        return ranges, sum(r.calls for s in socks for r in s.regs.values())
 
     def open_sockets(self) -> list[MSock]:
         return [s for s in self.socks.values() if s.state != "closed"]

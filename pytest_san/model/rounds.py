@@ -39,7 +39,7 @@ from ..together import Earlier, together
 from .alternatives import RNR_BOUNDED
 from .execute import GIVE_UP_AFTER, Answers, Asked, Seen, Side, Waited
 from .reference import Model
-from .state import Expect
+from .state import Expect, not_a_key
 from .steps import Close, Deregister, Key, Reconnect, Register, Scribble, Step, Transfer
 
 __all__ = ["Rounds"]
@@ -340,7 +340,7 @@ class Rounds:
             spec.apply(planned.step)
             returned = planned.result
             if (isinstance(planned.step, Register) and planned.call is not None and not planned.exp.raises
-                    and isinstance(returned, (int, bytes)) and not isinstance(returned, bool)):
+                    and not not_a_key(planned.step.kind, returned, spec.desc_size)):
                 spec.bind(planned.step, returned)
         return spec
 

@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 
 from ..contract import Status
 from .steps import View
 
-KeyValue = int | bytes
-"""A handle (int) or descriptor (bytes) as one backend returned it."""
+KeyValue = Hashable
+"""A handle (opaque: any hashable value the provider chose, compared by equality) or a descriptor (bytes) as
+one backend returned it."""
+
+
+def not_a_key(kind: str, value: object, desc_size: int) -> str:
+    """Why ``value``, returned by a register call of ``kind``, is no key ("" when it is one): a handle is any
+    hashable value but None (CONTRACT.md section 2), a descriptor bytes of the size the probe said."""
+    if kind == "memory":
+        if value is None:
+            return "not a handle (None)"
+        try:
+            hash(value)
+        except Exception:
+            return "not a handle (unhashable)"
+        return ""
+    if not isinstance(value, bytes) or len(value) != desc_size:
+        return f"not a descriptor of {desc_size} bytes (the size the descriptor_size probe said)"
+    return ""
 
 Statuses = frozenset[Status]
 
@@ -24,6 +42,7 @@ class MReg:
     rid: int  # the register step that made it: later steps name its key Key(reg=rid)
     key: KeyValue | None = None  # bound when the backend returned it
     refs: int = 1
+    calls: int = 1  # register calls it answered since it was made: a provider may pin once for each (R12)
     users: int = 0  # pending operations using it
     live: bool = True
 
@@ -58,6 +77,7 @@ class MSock:
     recvs: list[MOp] = dataclasses.field(default_factory=list)  # posted receives not yet matched
     sq: list[MOp] = dataclasses.field(default_factory=list)  # sends waiting for a receive, and what queues behind
     dead_peer: bool = False  # the peer went to error without telling this end (local-error-breaks-local-end)
+    released: set[bytes] = dataclasses.field(default_factory=set)  # descriptors deregistered here: never again (R3)
 
     def live(self, kind: str, key: object) -> MReg | None:
         """The live registration of ``kind`` whose key is ``key`` (by value: a backend may reuse keys)."""

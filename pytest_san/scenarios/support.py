@@ -70,7 +70,7 @@ def guarded(endpoint: End, nbytes: int, fill: int = 0x00) -> Guarded:
     return Guarded(whole, whole.view(GUARD, nbytes), fill)
 
 
-def source(endpoint: End, data: bytes, access: Access = Access.READ) -> tuple[Buffer, int]:
+def source(endpoint: End, data: bytes, access: Access = Access.READ) -> tuple[Buffer, Handle]:
     """A registered local buffer holding ``data``: a valid RDMA write source or send buffer."""
     buf = endpoint.process.alloc(len(data))
     buf.write(data)
@@ -78,7 +78,7 @@ def source(endpoint: End, data: bytes, access: Access = Access.READ) -> tuple[Bu
 
 
 def sources(backend: object, endpoint: End, payloads: Sequence[bytes],
-            access: Access = Access.READ) -> list[tuple[Buffer, int]]:
+            access: Access = Access.READ) -> list[tuple[Buffer, Handle]]:
     """``source`` of each payload: the allocations, then the writes, then the registrations, each made
     together where ``backend`` can (a lab: three round trips in all); the first failure is raised."""
     bufs = _results(together(backend, [(endpoint.process, "alloc", (len(data),)) for data in payloads]))
@@ -95,7 +95,7 @@ def _results(outcomes: Sequence[CallOutcome]) -> list[Any]:
     return [value for _, value in outcomes]
 
 
-def sink(endpoint: End, nbytes: int, access: Access = Access.WRITE) -> tuple[Guarded, int]:
+def sink(endpoint: End, nbytes: int, access: Access = Access.WRITE) -> tuple[Guarded, Handle]:
     """A registered local buffer (with guards) to receive into."""
     g = guarded(endpoint, nbytes, fill=0x11)
     return g, endpoint.provider.register_memory(endpoint.socket, g.inner, access)
@@ -153,7 +153,7 @@ def read_from(initiator: End, descriptor: bytes, nbytes: int, offset: int = 0) -
                                                          offset)), g
 
 
-def receive(sender: End, receiver: End, buffers: list[tuple[Buffer, int]], data: bytes) -> Outcome:
+def receive(sender: End, receiver: End, buffers: list[tuple[Buffer, Handle]], data: bytes) -> Outcome:
     """A receive into ``buffers`` posted by ``receiver``, and ``data`` sent by ``sender`` only if the receive is
     still pending (a provider may refuse a bad sink at the call, at once, or only when data arrives). The
     receive's outcome; the send's is not looked at (it may fail either way). No other receive may be posted."""

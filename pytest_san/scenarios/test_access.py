@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_san import Access, Backend, Buffer, Connection, Endpoint, Process, Switch, WsaError
+from pytest_san import Access, Backend, Buffer, Connection, Endpoint, Handle, Process, Switch, WsaError
 
 from .support import (
     NEEDS_READ,
@@ -45,7 +45,7 @@ def test_handle_works_in_its_own_process(conn: Connection) -> None:
     assert target.inner.read() == DATA and target.intact()
 
 
-def _foreign_handle_rejected(b: Endpoint, intruder: Endpoint, buf: Buffer, handle: int) -> None:
+def _foreign_handle_rejected(b: Endpoint, intruder: Endpoint, buf: Buffer, handle: Handle) -> None:
     """``intruder`` writes ``buf`` under a handle it does not own into a window ``b`` made for it."""
     target, _ = window(b, len(DATA), Access.WRITE)
     desc = b.provider.register_rdma_memory(intruder.peer.socket, target.inner, Access.WRITE)

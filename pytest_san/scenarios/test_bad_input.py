@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_san import Access, Backend, Completion, SanError, Status, Switch, WsaError
+from pytest_san import Access, Backend, Completion, Handle, SanError, Status, Switch, WsaError
 
 from .support import RDMA_KINDS, RawEnd, attempt, guarded, rejected, window
 
@@ -43,7 +43,7 @@ def _refused_at_call(call: Callable[[], Any], *codes: WsaError, errors: tuple[ty
     raise AssertionError(f"accepted: returned {result!r}")
 
 
-def _registered(end: RawEnd, nbytes: int, fill: int) -> tuple[Any, int]:
+def _registered(end: RawEnd, nbytes: int, fill: int) -> tuple[Any, Handle]:
     g = guarded(end, nbytes, fill)
     return g, end.provider.register_memory(end.socket, g.inner, Access.READWRITE)
 

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from pytest_san import Access, Backend, Completion, Connection, PendingOperation, Status, WsaError
+from pytest_san import Access, Backend, Completion, Connection, Handle, PendingOperation, Status, WsaError
 from pytest_san.burst import rdma_read_burst, rdma_write_burst
 
 from .support import TIMEOUT, Guarded, attempt, expect_error, rejected, sink, source, window
@@ -105,7 +105,7 @@ def test_burst_count_and_depth_below_one_are_einval(conn: Connection, count: obj
 class Held:
     """A burst posted on a held socket (capability ``faults``): pending until ``release``."""
 
-    handle: int
+    handle: Handle
     target: Guarded
     burst: PendingOperation
 

@@ -7,7 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import SanError, WsaError
-from ..protocols import Buffer, Call, Outcome, PendingOperation, Process, Provider, Proxy, Question, Socket
+from ..protocols import Buffer, Call, Handle, Outcome, PendingOperation, Process, Provider, Proxy, Question, Socket
 from ..together import Earlier, first_failure, together
 from ..types import SO_MAX_RDMA_SIZE, Access, Status
 from .session import HEADER, Kind, Message, parse_src_avail, src_avail
@@ -23,7 +23,7 @@ class _Incoming:
     data: bytes | None = None
     sink: Buffer | None = None
     length: int = 0
-    handle: int | None = None  # read mode: the sink's register_memory handle
+    handle: Handle | None = None  # read mode: the sink's register_memory handle
     descriptor: bytes | None = None  # write mode: the sink's RDMA descriptor
     ops: list[PendingOperation] = dataclasses.field(default_factory=list)
 
@@ -34,7 +34,7 @@ class _Outgoing:
 
     source: Buffer
     descriptor: bytes | None = None
-    handle: int | None = None
+    handle: Handle | None = None
     ops: list[PendingOperation] = dataclasses.field(default_factory=list)
 
 
@@ -52,8 +52,8 @@ class Endpoint:
         self.closed = False
         self.error: str | None = None
         count = conn.message_count
-        self.send_handle: int | None = None
-        self.recv_handle: int | None = None
+        self.send_handle: Handle | None = None
+        self.recv_handle: Handle | None = None
         self.send_slots: list[Buffer] = []
         self.free_slots = collections.deque(range(count))
         self.sends: dict[int, PendingOperation] = {}  # slot -> send in flight
@@ -88,8 +88,8 @@ class Endpoint:
         regions, handles = outcomes[:2], outcomes[2:]
         self.conn.trace += [(self.name, "register_memory") for ok, _ in regions if ok]  # a failed one's is unmade
         (sent, send_handle), (received, recv_handle) = handles
-        self.send_handle = cast(int, send_handle) if sent else None
-        self.recv_handle = cast(int, recv_handle) if received else None
+        self.send_handle = send_handle if sent else None
+        self.recv_handle = recv_handle if received else None
         if all(ok for ok, _ in regions):
             self.send_region, self.recv_region = (cast(Buffer, value) for _, value in regions)
             size = self.conn.message_size
@@ -299,7 +299,7 @@ class Endpoint:
             item.descriptor = None
             item.data = item.sink.read(item.length)
 
-    def _rdma_chunks(self, ops: list[PendingOperation], method: str, local: Buffer, handle: int,
+    def _rdma_chunks(self, ops: list[PendingOperation], method: str, local: Buffer, handle: Handle,
                      descriptor: bytes) -> None:
         step = self.provider.getsockopt(self.socket, SO_MAX_RDMA_SIZE)
         for offset in range(0, local.length, step):

@@ -1,7 +1,8 @@
 """Choices the contract leaves to a provider pass both checkers: the conformance suite and the reference model.
 
 Each legal variant of ``pytest_san.mutants.legal`` named here is run as an author would run their provider
-(``-p MODULE``), in a subprocess, and must fail no rule and get no divergence.
+(``-p MODULE``), in a subprocess, and must fail no rule and get no divergence; a planted bug that breaks what
+the contract now says of descriptors (R3) is found by the model.
 """
 
 from __future__ import annotations
@@ -53,3 +54,36 @@ def test_late_completions_get_no_divergence_from_the_model(pytester: pytest.Pyte
                    "--san-model-sequences", "20")
     model = data["model"]
     assert isinstance(model, dict) and model["sequences"] == 20 and model["divergences"] == []
+
+
+CHOICES = ["string_handles", "pin_per_registration_call", "longer_descriptors"]
+"""A handle that is no int; the same handle for a repeated registration with a pin for each call (R12); a
+descriptor longer than pytest-san's providers' 20 bytes (CONTRACT.md sections 2 and 3)."""
+
+
+@pytest.mark.parametrize("name", CHOICES)
+def test_a_legal_choice_passes_the_suite(pytester: pytest.Pytester, name: str) -> None:
+    data = _report(pytester, "pytest_san.scenarios", "-p", f"pytest_san.mutants.legal.{name}",
+                   "--san-model-sequences", "0")
+    assert _failed_rules(data) == set()
+    assert data["outcomes"].get("passed", 0) > 200  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", CHOICES)
+def test_a_legal_choice_gets_no_divergence_from_the_model(pytester: pytest.Pytester, name: str) -> None:
+    """Before issue 27 the model said "not a handle (an int)" six times of string handles and "proxy of node 1:
+    2 live allocations, the model has 1 (R12)" of a pin per registration call."""
+    data = _report(pytester, "pytest_san.model", "-p", f"pytest_san.mutants.legal.{name}",
+                   "--san-model-sequences", "100")
+    model = data["model"]
+    assert isinstance(model, dict) and model["sequences"] == 100 and model["divergences"] == []
+
+
+def test_the_model_finds_a_deregistered_descriptor_handed_out_again(pytester: pytest.Pytester) -> None:
+    """R3: a descriptor deregistered on a connection is never handed out again on it; a provider that gives a
+    new registration the bytes of a freed one is caught by the model under R3."""
+    data = _report(pytester, "pytest_san.model", "-p", "pytest_san.mutants.bugs.descriptor_reused_after_deregister",
+                   "--san-model-sequences", "100")
+    model = data["model"]
+    assert isinstance(model, dict) and model["divergences"]
+    assert all("R3" in found["rules"] for found in model["divergences"]), model["divergences"]
