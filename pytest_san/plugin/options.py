@@ -50,21 +50,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("san_backend", f"default for --san-backend (else {DEFAULT_BACKEND!r})",
                   default=DEFAULT_BACKEND)
 
-    # The reference model (pytest --pyargs pytest_san.model): its budget, its seed, differential mode.
+    # The reference model: in the suite (pytest_san/plugin/model.py) and deep (pytest --pyargs pytest_san.model).
     group.addoption("--san-model-sequences", metavar="N", type=int, default=None,
-                    help="pytest_san.model: random SPI sequences to run (default 100)")
+                    help="the reference model: random SPI sequences to run (default: in the suite the backend's "
+                         "budget, 100 on the emulator, 16 on hil; pytest_san.model 100); 0 leaves the model out of "
+                         "the suite")
     group.addoption("--san-model-steps", metavar="N", type=int, default=None,
-                    help="pytest_san.model: steps per sequence (default 40)")
+                    help="the reference model: steps per sequence (default: in the suite the backend's budget, 40 "
+                         "on the emulator, 20 on hil; pytest_san.model 40)")
     group.addoption("--san-model-deadline", metavar="SECONDS", type=float, default=None,
-                    help="pytest_san.model: start no new sequence after SECONDS (default: no deadline); a "
-                         "divergence found is still shrunk, within the same time")
+                    help="the reference model: start no new sequence after SECONDS (default: in the suite the "
+                         "backend's budget, 10 on the emulator, 60 on hil; pytest_san.model none); a divergence "
+                         "found is still shrunk, within the same time")
     group.addoption("--san-model-seed", metavar="N", type=int, default=None,
-                    help="pytest_san.model: the seed to draw sequences from (every run prints its own: replay it)")
+                    help="the reference model: the seed to draw sequences from (default: 1 in the suite, a fresh "
+                         "one for pytest_san.model; every run prints its own: replay it)")
     group.addoption("--san-model-differential", action="store_true", default=False,
-                    help="pytest_san.model: also run every sequence on a fresh emulator and compare the two "
+                    help="the reference model: also run every sequence on a fresh emulator and compare the two "
                          "step by step")
     group.addoption("--san-model-checks", choices=("auto", "all", "touched"), default="auto",
-                    help="pytest_san.model: check everything after every step (all), or only what the step could "
+                    help="the reference model: check everything after every step (all), or only what the step could "
                          "change and everything at the end of a sequence (touched); auto: all on the emulator")
 
     # Lab hosts (--san-backend=hil).
