@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from hil.controller.answering import answering
 from hil.controller.client import AgentClient, Outcome
 from hil.controller.connecting import connect_many
-from hil.controller.errors import AgentError
+from hil.controller.errors import AgentError, BackendBroken
 from hil.controller.kernel import KernelLog
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
 from hil.controller.remote import Remote, RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
@@ -198,6 +198,7 @@ class HilBackend:
         policy = leases or LeasePolicy()
         holder = policy.request.holder()
         self.lease_log = LeaseLog(policy.request.worker)
+        self.broken: str | None = None  # why a dead agent could not be started again (BackendBroken)
         self._leaser: Leaser[Agent] = Leaser(policy, lambda h: Agent(h, connect, holder, wrap), Agent.close)
         self.agents: list[Agent] = self._leaser.acquire(hosts)
         self.lease_log.start([a.host.name for a in self.agents])
@@ -357,14 +358,22 @@ class HilBackend:
             self.kernel_log.session_end(agent.host.name, reading)
 
     def _replace_dead(self) -> None:
+        if self.broken is not None:
+            raise BackendBroken(self.broken)
         for agent in self.agents:
             if agent.client.dead:
-                log.warning("%s: replacing the dead agent (%s)", agent.client.where,
-                            agent.client.dead.partition("\n")[0])
+                died = agent.client.dead.partition("\n")[0]
+                log.warning("%s: replacing the dead agent (%s)", agent.client.where, died)
                 # Its lease ended with it (when it was last heard from); a fresh agent leases the host again.
                 self.lease_log.end(agent.client.last_reply)
                 agent.close()
-                self._leaser.restart(agent.host, agent.start)
+                try:
+                    self._leaser.restart(agent.host, agent.start)
+                except Exception as exc:  # said once; every later test would only try again, and fail so
+                    why = (str(exc).strip() or type(exc).__name__).partition("\n")[0]
+                    self.broken = (f"{agent.client.where}: its agent died ({died}) and could not be started "
+                                   f"again: {why}")
+                    raise BackendBroken(self.broken) from exc
                 self.lease_log.start([a.host.name for a in self.agents])
                 self.kernel_log.host(agent.host.name, agent.kernel_release, agent.witness, agent.workarounds)
 
@@ -433,4 +442,4 @@ if TYPE_CHECKING:
     def _is_faults(f: RemoteFaults) -> Faults: return f
 
 
-__all__ = ["AgentError", "HilBackend"]
+__all__ = ["AgentError", "BackendBroken", "HilBackend"]

@@ -36,6 +36,12 @@ def start_failure(where: str, failed: Mapping[str, object], trace: str, host: st
     return AgentStartError(text + ("\nthe agent's stderr:\n  " + "\n  ".join(lines) if lines else ""), host)
 
 
+class BackendBroken(AgentError):
+    """A host's agent died and could not be started again: the backend serves no more tests. The message
+    names the host, how its agent died and why it could not start again; it is raised again, unchanged, by
+    every later reset (no test starts the agent again)."""
+
+
 class HostBusy(AgentError):
     """The host is leased by another agent (another worker, run or controller); ``holder`` says whose."""
 

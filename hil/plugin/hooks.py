@@ -6,7 +6,7 @@ from collections.abc import Generator, Iterable
 
 import pytest
 
-from hil.controller.backend import HilBackend
+from hil.controller.backend import BackendBroken, HilBackend
 from hil.plugin.diagnostics import DIAGNOSTICS_PREFIX, collect
 from hil.plugin.hosts import select_hosts
 from hil.plugin.xdist import lease_policy, leased_backend
@@ -34,6 +34,13 @@ def pytest_runtest_makereport(item: pytest.Item,
                               call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     backend = created_backend(item.config)
+    if report.failed and call.excinfo is not None and call.excinfo.errisinstance(BackendBroken):
+        # A host's agent is gone for good: said once, in a line, and the session stops after this test.
+        report.longrepr = f"san: {call.excinfo.value}"
+        if not item.session.shouldfail:
+            item.session.shouldfail = ("san: a host's agent died and could not be started again: no SAN test "
+                                       "can run (the error above)")
+        return report  # its host's diagnostics would only say that its transport is closed
     if report.failed and isinstance(backend, HilBackend):
         for agent in backend.agents:
             report.sections.append((f"{DIAGNOSTICS_PREFIX}{agent.host.name}",

@@ -119,3 +119,41 @@ def test_one_line() -> None:
 
     assert one_line(PermissionError(13, "Permission denied", "/x/matrix.json")) == "Permission denied: /x/matrix.json"
     assert one_line(RuntimeError("host lab1: gone\nmore")) == "host lab1: gone"
+
+
+KILL_AND_HIDE = '''
+import os, signal, time
+from pathlib import Path
+
+REMOTE_TMP = Path(os.environ["SAN_TEST_REMOTE_TMP"])
+
+
+def test_kill(san_backend, san_switch):
+    pid = san_backend.agents[0].client.channel.pid
+    os.kill(pid, signal.SIGKILL)
+    REMOTE_TMP.rename(REMOTE_TMP.with_name("moved"))  # its next start has nowhere to go
+
+
+def test_second(san_switch):
+    san_switch.connect()
+
+
+def test_third(san_switch):
+    san_switch.connect()
+'''
+
+
+def test_an_agent_that_cannot_start_again_is_reported_once(pytester: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    remote_tmp = pytester.path / "remote"
+    remote_tmp.mkdir()
+    monkeypatch.setenv("SAN_TEST_REMOTE_TMP", str(remote_tmp))
+    inventory = _inventory(pytester.path / "lab.json", h=_local(san_remote_tmp=str(remote_tmp)))
+    pytester.makepyfile(test_gone=KILL_AND_HIDE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil",
+                                           f"--san-inventory={inventory}", timeout=600)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    text = result.stdout.str()
+    assert "test_third" not in text, text  # the session stopped after the test whose cleanup found it gone
+    _short(text, "its agent died", "could not be started again", str(remote_tmp),
+           "no SAN test can run")
