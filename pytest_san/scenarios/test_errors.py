@@ -57,7 +57,7 @@ def test_descriptor_too_small_probe(conn: Connection) -> None:
     assert isinstance(needed, int) and needed > 1
     assert len(a.provider.registrations(a.socket)) == before  # the probe registered nothing
     desc = a.provider.register_rdma_memory(a.socket, buf, Access.READ, descriptor_size=needed)
-    assert len(desc) <= needed
+    assert len(desc) == needed  # the probe reveals the length a descriptor has
     a.provider.deregister_rdma_memory(a.socket, desc)
 
 
@@ -70,7 +70,7 @@ def test_every_descriptor_size_below_the_required_one_is_the_probe(san_backend: 
                                                                   raw_pair: tuple[RawEnd, RawEnd]) -> None:
     """The size a descriptor needs is whatever the provider says when probed with 0 (never assumed): every size
     from 0 up to it is WSAEFAULT carrying that same size and registers nothing; it and any larger size give a
-    descriptor that fits, and that the peer can use."""
+    descriptor of exactly that size (the probe reveals the provider's length), which the peer can use."""
     a, b = raw_pair
     buf = b.process.alloc(4096)
     before = len(b.provider.registrations(b.socket)), b.proxy.live_allocations()
@@ -85,7 +85,7 @@ def test_every_descriptor_size_below_the_required_one_is_the_probe(san_backend: 
     assert (len(b.provider.registrations(b.socket)), b.proxy.live_allocations()) == before, "a probe registered"
     for extra in ROOM_ABOVE:
         desc = b.provider.register_rdma_memory(b.socket, buf, Access.WRITE, needed + extra)
-        assert 0 < len(desc) <= needed, f"descriptor_size={needed + extra}: a {len(desc)}-byte descriptor"
+        assert len(desc) == needed, f"descriptor_size={needed + extra}: a {len(desc)}-byte descriptor, not {needed}"
         if extra == 0:
             assert succeeded(write_into(a, desc, b"\x42" * 64), 64) and buf.read(64) == b"\x42" * 64
         b.provider.deregister_rdma_memory(b.socket, desc)
