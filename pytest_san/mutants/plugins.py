@@ -4,9 +4,10 @@ A ``--plugin`` is a module name importable from the current directory or ``PYTHO
 ``mybugs.first_entry``), a ``.py`` file, or a directory: every module in it whose name does not start with
 ``_`` (nor ``conftest``, which pytest loads by itself); a directory with an ``__init__.py`` is a package and
 its modules are imported as ``package.module``. Each module is one entry, declared as the shipped corpus
-declares them: ``BREAKS``, the rule ids the bug breaks (none, or no ``BREAKS`` at all: a legal variant the
-suite must pass), and optionally ``NEEDS``, the capabilities without which the bug cannot show. Each module is
-imported here first, so a module that cannot be imported or declares anything else is one error naming it.
+declares them: ``BREAKS``, the rule ids the bug breaks (a tuple; a single string is one rule id; none, or no
+``BREAKS`` at all: a legal variant the suite must pass), and optionally ``NEEDS``, the capabilities without
+which the bug cannot show. Each module is imported here first, so a module that cannot be imported or
+declares anything else is one error naming it.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def _modules(spec: str, cwd: Path) -> list[tuple[str, Path]]:
 
 def _rule_ids(spec: str, module: ModuleType) -> tuple[str, ...]:
     breaks = getattr(module, "BREAKS", ())
-    if isinstance(breaks, str) or not isinstance(breaks, tuple | list | set | frozenset):
+    if isinstance(breaks, str):  # BREAKS = ("R6") is a string: one rule id
+        breaks = (breaks,)
+    if not isinstance(breaks, tuple | list | set | frozenset):
         raise PluginError(f"--plugin {spec}: {module.__name__}.BREAKS must be a tuple of rule ids such as "
                           f"('R6',), got {breaks!r:.80}")
     unknown = [rule for rule in breaks if rule not in RULE_IDS]

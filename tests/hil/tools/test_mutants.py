@@ -160,7 +160,7 @@ def test_a_package_directory_imports_its_modules_as_the_packages(tmp_path: Path)
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "access.py").write_text(MY_BUG)
-    (package / "again.py").write_text('from .access import pytest_san_make_provider\n\nBREAKS = ["R6"]\n')
+    (package / "again.py").write_text('from .access import pytest_san_make_provider\n\nBREAKS = ("R6")\n')
     result, data = _mutants(tmp_path, "--plugin", "mybugs", "--only", "mybugs.again", "--focus")
     assert result.returncode == 0, result.stdout + result.stderr
     assert data["mutants"] == {"again": {"failed": ["R6"], "breaks": ["R6"], "verdict": "caught"}}
@@ -171,8 +171,10 @@ def test_a_package_directory_imports_its_modules_as_the_packages(tmp_path: Path)
      "--plugin broken: cannot import broken: ModuleNotFoundError: No module named 'no_such_package_here'"),
     ({"wrong.py": MY_BUG.replace('("R6",)', '("R6", "R99", "read-only")')}, ["--plugin", "wrong"],
      "--plugin wrong: wrong.BREAKS names 'R99', 'read-only', not rule ids (known: R1, "),
-    ({"bare.py": MY_BUG.replace('("R6",)', '"R6"')}, ["--plugin", "bare.py"],
-     "--plugin bare.py: bare.BREAKS must be a tuple of rule ids such as ('R6',), got 'R6'"),
+    ({"bare.py": MY_BUG.replace('("R6",)', '("R 6")')}, ["--plugin", "bare.py"],
+     "--plugin bare.py: bare.BREAKS names 'R 6', not rule ids"),
+    ({"number.py": MY_BUG.replace('("R6",)', '6')}, ["--plugin", "number.py"],
+     "--plugin number.py: number.BREAKS must be a tuple of rule ids such as ('R6',), got 6"),
     ({"nohook.py": "BREAKS = ()\n"}, ["--plugin", "nohook"], "--plugin nohook: nohook is no pytest plugin"),
     ({}, ["--plugin", "absent.py"], "--plugin absent.py: no such file"),
     ({"empty/README": ""}, ["--plugin", "empty"], "--plugin empty: a directory without modules"),
