@@ -81,8 +81,12 @@ def _before(model: Model, steps: Sequence[Step], keys: Mapping[int, KeyValue]) -
     """``model`` moved on by ``steps`` as if the backend answered each as expected."""
     for step in steps:
         exp = model.apply(step)
-        if isinstance(step, Register) and exp.fresh is not None:
-            model.bind(step, keys.get(step.reg, _stand_in(step, model.desc_size)))
+        if not isinstance(step, Register) or exp.skip or exp.raises:
+            continue
+        if step.reg in keys:  # what the backend returned: a range registered again may get a key of its own (R13)
+            model.bind(step, keys[step.reg])
+        elif exp.fresh is not None:
+            model.bind(step, _stand_in(step, model.desc_size))
     return model
 
 
