@@ -362,3 +362,32 @@ def test_a_handle_stays_in_use_until_its_last_pending_operation_completes(
         assert done.status is Status.SUCCESS and done.bytes == nbytes, f"{uses}: receive #{j}: {done}"
     b.provider.deregister_memory(b.socket, handle)  # the last use is over
     assert shared.read() == b"".join(bytes([0x41 + j]) * SHARED for j in range(k))
+
+
+@pytest.mark.san_rule("R13")
+@pytest.mark.san_requires("send_waits")  # a send with no receive to take it stays pending (not on iWARP)
+@pytest.mark.parametrize("first", ["send", "recv"])
+def test_a_handle_used_by_a_pending_send_and_receive_is_in_use_until_both_complete(
+        raw_pair: tuple[RawEnd, RawEnd], first: str) -> None:
+    """One READWRITE handle, half of it a pending receive's sink, half a pending send's source: whichever
+    completes first, the other still holds it in use (WSAEINVAL), and it deregisters once both have."""
+    a, b = raw_pair
+    shared = b.process.alloc(64)
+    shared.write(b"\x55" * 64)
+    handle = b.provider.register_memory(b.socket, shared, Access.READWRITE)
+    recv = b.provider.recv(b.socket, [(shared.view(0, 32), handle)])  # nothing sent to it yet
+    send = b.provider.send(b.socket, [(shared.view(32, 32), handle)])  # no receive posted for it yet
+    assert not recv.done() and not send.done()
+    landed, into = sink(a, 32)
+    data, sent = source(a, b"\x77" * 32)
+    for which in (first, "recv" if first == "send" else "send"):
+        expect_error(WsaError.WSAEINVAL, b.provider.deregister_memory, b.socket, handle)
+        if which == "send":  # the peer's receive takes b's send
+            taken = a.provider.recv(a.socket, [(landed.inner, into)])
+            assert send.wait(timeout=TIMEOUT).status is Status.SUCCESS
+            assert succeeded(taken.wait(timeout=TIMEOUT), 32) and landed.inner.read() == b"\x55" * 32
+        else:  # the peer sends into b's receive
+            assert succeeded(attempt(functools.partial(a.provider.send, a.socket, [(data, sent)])), 32)
+            assert succeeded(recv.wait(timeout=TIMEOUT), 32)
+    b.provider.deregister_memory(b.socket, handle)  # both uses are over
+    assert shared.read() == b"\x77" * 32 + b"\x55" * 32
