@@ -73,8 +73,8 @@ CHECKS = (
     Check("buffer.empty", "the buffer is empty", "WSAEFAULT", _REGISTER),
     Check("access", "the access flags are not exactly 1, 2 or 3 (READ, WRITE, READWRITE)", "WSAEINVAL", _REGISTER),
     Check("descriptor_size.type", "descriptor_size is neither an integer nor None", "WSAEINVAL", _REGISTER[1:]),
-    Check("descriptor_size.small", f"descriptor_size is below {DESCRIPTOR_SIZE} (the probe: the error carries the "
-          "size needed)", "WSAEFAULT", _REGISTER[1:]),
+    Check("descriptor_size.small", "descriptor_size is below the provider's descriptor size (the probe: the error "
+          f"carries the size needed; {DESCRIPTOR_SIZE} for pytest-san's)", "WSAEFAULT", _REGISTER[1:]),
     Check("list.type", "the scatter list is not a list or tuple", "TypeError", _TRANSFER),
     Check("list.count", f"the scatter list has more than {MAX_SGE} entries", "WSAEINVAL", _TRANSFER),
     Check("entry.shape", "an entry is not a (buffer, handle) pair, or its buffer is no buffer", "TypeError",
@@ -82,7 +82,8 @@ CHECKS = (
     Check("entry.owner", "an entry's buffer is another process's or another host's", "WSAEFAULT", _TRANSFER),
     Check("entry.range", "an entry's address or length is not an integer, or its length is negative", "WSAEINVAL",
           _TRANSFER),
-    Check("descriptor", f"the descriptor is not {DESCRIPTOR_SIZE} bytes (bytes or bytearray)", "WSAEINVAL",
+    Check("descriptor", "the descriptor is not bytes (or bytearray) of the provider's descriptor size "
+          f"({DESCRIPTOR_SIZE} for pytest-san's)", "WSAEINVAL",
           (*_RDMA, "deregister_rdma_memory")),
     Check("offset", "the offset is not an integer", "WSAEINVAL", _RDMA),
     Check("handle", "the handle is not registered on the socket", "WSAEINVAL", ("deregister_memory",)),
@@ -254,7 +255,8 @@ def transfer_objects(kind: str, buffers: object, caller: object) -> list[tuple[A
 
 
 def descriptor(value: object) -> bytes:
-    """A descriptor's shape: ``DESCRIPTOR_SIZE`` bytes (bytes or bytearray), else WSAEINVAL."""
+    """A descriptor's shape: ``DESCRIPTOR_SIZE`` bytes (bytes or bytearray), the size pytest-san's providers chose,
+    else WSAEINVAL."""
     if not isinstance(value, (bytes, bytearray)) or len(value) != DESCRIPTOR_SIZE:
         raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {value!r:.60}")
     return bytes(value)

@@ -28,7 +28,9 @@ T = TypeVar("T")
 R, W, RW = int(Access.READ), int(Access.WRITE), int(Access.READWRITE)
 VALID_ACCESS = (R, W, RW)
 INVALID_ACCESS = (0, 4, 7, -1)
-JUNK_HANDLES = (0, 1, 0x7FFF_FFFF)
+JUNK_HANDLES: tuple[int | str, ...] = (0, 1, 0x7FFF_FFFF, "mr-1")
+"""Handles no register step returned: an unknown handle of any type is WSAEINVAL or LOCAL_PROTECTION (the one
+string is what a provider with string handles might hand out, yet did not on that socket)."""
 TRANSFERS = ("rdma_write", "rdma_read", "send", "recv")
 SGE_COUNTS = (1, 1, 1, 1, 2, 2, 2, 3, MAX_SGE, MAX_SGE + 1)
 QUIET_STEPS = 8  # a close waits this many steps after the last one: connections live a while

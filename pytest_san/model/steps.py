@@ -55,7 +55,7 @@ class Key:
     zero bytes longer, for a malformed descriptor), or a literal ``junk`` value."""
 
     reg: int | None = None
-    junk: int | bytes | None = None
+    junk: int | str | bytes | None = None
     cut: int = 0
 
 

@@ -23,7 +23,7 @@ class World:
         self.procs: list[Process] = [self.nodes[n].spawn_process() if spawned else self.nodes[n].default_process
                                      for n, spawned in zip(self.plan.nodes, self.plan.spawned, strict=True)]
         self.bufs: list[list[Buffer]] = [[p.alloc(size) for size in BUFFER_SIZES] for p in self.procs]
-        # What the proxies count before the run: the model adds one per live registration (R12).
+        # What the proxies count before the run: the model adds the pins of the live registrations (R12).
         self.baseline = [node.proxy.live_allocations() for node in self.nodes]
         self.data: dict[tuple[int, int], bytes | None] = {key: None for key in self._keys()}
         self.desc_size: int | None = None
