@@ -100,25 +100,34 @@ def test_registering_another_process_buffer_is_efault(conn: Connection, where: s
     assert (len(a.provider.registrations(a.socket)), a.proxy.live_allocations()) == before
 
 
-def _untouched(local: Scatter, foreign: Buffer) -> bool:
-    return local.unchanged() and foreign.read() == b"\xf0" * foreign.length
+def _untouched(local: Scatter, foreign: Buffer | None) -> bool:
+    return local.unchanged() and (foreign is None or foreign.read() == b"\xf0" * foreign.length)
 
 
 def _foreign_entry_rejected(backend: Backend, kind: str, where: str) -> None:
     """For each shape: a list of the caller's registered entries, one of them swapped for another process's
-    buffer of the same length (under that entry's handle): rejected, and no byte of either process moves."""
+    buffer of the same length under that entry's handle: rejected, and no byte of either process moves. The
+    other process's buffer is, by turns, one it allocated, and its range at the very address of the entry it
+    replaces (what a provider that looks addresses up in the caller's address space takes for that entry)."""
     pa, pb = two_processes(backend)
     other = _foreign_process(pa, pb, where)
     access = Access.READ if kind in SOURCE_KINDS else Access.WRITE
-    for shape in scatter_shapes("foreign-entry-" + where, kind):
+    for turn, shape in enumerate(scatter_shapes("foreign-entry-" + where, kind)):
         n = len(shape.lengths)
         with fresh_pair(backend, pa, pb) as (a, b):
             local = lay_out(backend, a, shape.lengths, [access] * n, [0x30 + i for i in range(n)])
-            foreign = other.alloc(shape.lengths[shape.bad])
-            foreign.write(b"\xf0" * foreign.length)
-            entries = [(foreign if i == shape.bad else local.entry(i), h) for i, h in enumerate(local.handles)]
+            length = shape.lengths[shape.bad]
+            foreign: Buffer | None = None
+            if turn % 2 == 0:
+                foreign = other.alloc(length)
+                foreign.write(b"\xf0" * length)
+                alien: Buffer = foreign
+            else:  # mapped there or not, it is not the caller's memory
+                alien = other.buffer_at(local.entry(shape.bad).address, length)
+            entries = [(alien if i == shape.bad else local.entry(i), h) for i, h in enumerate(local.handles)]
             transfer_is_rejected(backend, a, b, kind, entries, functools.partial(_untouched, local, foreign),
-                                 f"{kind}, entry #{shape.bad} of {n} another process's ({where})")
+                                 f"{kind}, entry #{shape.bad} of {n} another process's ({where}, "
+                                 f"{'its own allocation' if foreign else 'at the address of the entry'})")
 
 
 @pytest.mark.san_rule("R1", "R5")

@@ -23,9 +23,11 @@ from tests.pytest_san import held_out
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = held_out.__name__
 
-BUGS = {  # module -> the scenario that must catch it (issue 27's "Why": what the scenarios then missed)
+BUGS = {  # module -> the scenario that must catch it (issue 27's "Why": what the scenarios then missed; and one more)
     "first_entry_only_access_check": "test_access.py::test_write_only_entry_anywhere_in_a_source_list_is_rejected",
     "same_host_foreign_buffer_accepted": "test_access.py::test_registering_another_process_buffer_is_efault",
+    "entry_resolved_in_the_callers_address_space":
+        "test_access.py::test_scatter_entry_of_another_process_is_rejected",
     "handles_survive_socket_number_reuse":
         "test_lifetime.py::test_registrations_of_a_closed_socket_fail_on_sockets_made_after_it",
     "in_use_mark_cleared_by_the_first":
