@@ -56,8 +56,14 @@ class Apt:
     def argv(self, tool: str, *args: str) -> list[str]:
         return [tool, *self.options(), *args]
 
-    def prepare(self, run: Runner, progress: Callable[[str], None]) -> None:
-        """The suite's package lists, read (``apt-get update``) when missing or older than a day."""
+    @property
+    def lists_name(self) -> str:
+        """Whose package lists: "Debian trixie's", "the host's"."""
+        return f"Debian {self.suite}'s" if self.suite else "the host's"
+
+    def prepare(self, run: Runner, progress: Callable[[str], None], purpose: str = "") -> None:
+        """The suite's package lists, read (``apt-get update``) when missing or older than a day.
+        ``purpose``: what they are read for ("the 6.12 build root"), said in the progress line."""
         if self.state is None or self.suite is None:
             return
         s = self.state
@@ -69,12 +75,13 @@ class Apt:
         stamp = s / UPDATED
         if lists and stamp.is_file() and time.time() - stamp.stat().st_mtime < LISTS_MAX_AGE:
             return
-        progress(f"{self.name}: reading its package lists into {s / 'lists'} (the host's apt is not touched)")
+        what = f"{self.lists_name} package lists" + (f" for {purpose}" if purpose else "")
+        progress(f"reading {what} into {s / 'lists'} (the host's own apt is not touched)")
         result = run(self.argv("apt-get", "update"), None)
         if result.returncode or "Err:" in result.stdout:
             why = (result.stderr.strip() or result.stdout.strip())[-800:]
             if lists:
-                progress(f"{self.name}: apt-get update failed, using the lists of an earlier day: {why}")
+                progress(f"reading {what} failed (apt-get update), using those of an earlier day: {why}")
                 return
             raise LabError(f"cannot read {self.name}'s package lists ({MIRROR}, keyring {KEYRING}): {why}")
         if not sorted((s / "lists").glob("*_Packages*")):

@@ -84,7 +84,7 @@ def unpack_packages(root: Path, apt: Apt, packages: Sequence[str], version: str,
     if not wanted:
         return
     _need_root(f"unpacking {', '.join(wanted)} into {root}")
-    progress(f"{apt.name}: downloading {', '.join(wanted)} {version} into the build root {root}")
+    progress(f"downloading {', '.join(wanted)} {version} from {apt.name} into the build root {root}")
     records.mkdir(parents=True, exist_ok=True)
     downloads = Path(tempfile.mkdtemp(prefix="debs-", dir=root / "tmp"))
     try:

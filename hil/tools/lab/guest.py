@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hil.tools.lab import LabError
+from hil.tools.lab.tools import beside_interpreter, env_with, find_tool
 
 __all__ = [
     "FAILED_MARKER",
@@ -223,9 +224,11 @@ class GuestSpec:
 
 
 def find_vng() -> str:
-    vng = shutil.which("vng")
+    """virtme-ng's ``vng``: on PATH, else beside the running interpreter (``.venv/bin/san-hil`` run by path)."""
+    vng = find_tool("vng")
     if vng is None:
-        raise LabError("vng not found on PATH: pip install virtme-ng (the project's `lab` extra)")
+        raise LabError(f"vng not found on PATH nor in {', '.join(beside_interpreter())}: pip install virtme-ng "
+                       "(the project's `lab` extra) into this Python's environment")
     return vng
 
 
@@ -266,7 +269,7 @@ def start_guest(spec: GuestSpec, console_log: Path, vng: str) -> subprocess.Pope
     """Start vng in its own session (its pid is the group id: vng -> sh -> qemu die together)."""
     with console_log.open("wb") as log:
         return subprocess.Popen(vng_command(spec, vng), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd="/", env=env_with(vng))
 
 
 _MARKER_RE = re.compile(rf"^(?:{READY_MARKER}|{FAILED_MARKER}) \S.*$", re.MULTILINE)

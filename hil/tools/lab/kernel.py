@@ -113,7 +113,7 @@ def fetch_kernel(
     """The cached guest kernel of ``choice``, downloaded and unpacked on first use."""
     cache = cache.expanduser()
     apt = HOST_APT if choice.suite is None else Apt.for_suite(choice.suite, cache)
-    apt.prepare(run, progress)
+    apt.prepare(run, progress, f"the {choice.name} lab kernel")
     package = image_package(run=run, apt=apt)
     version = package.removeprefix("linux-image-")
     if not version.startswith(f"{choice.name}.") and not version.startswith(f"{choice.name}-"):

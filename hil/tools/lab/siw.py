@@ -29,6 +29,7 @@ from hil.tools.lab import LabError
 from hil.tools.lab.apt import Apt
 from hil.tools.lab.buildroot import build_root, dependencies, in_root, unpack_packages
 from hil.tools.lab.kernel import Kernel
+from hil.tools.lab.tools import find_tool
 
 __all__ = ["SRC_ROOT", "BuildTree", "SiwModule", "build_tree", "debian_version", "kernel_banner", "siw_module",
            "suite_tree", "vermagic"]
@@ -37,13 +38,12 @@ SRC_ROOT = Path("/usr/src")  # where linux-headers-* and linux-source-*.tar.xz i
 SIW_DIR = "drivers/infiniband/sw/siw"
 MODULE = "siw.ko"
 _COMPLETE = ".complete"  # JSON, written last: what the module was built from and its vermagic
-_SBIN = ("/usr/sbin", "/sbin")  # modinfo lives here, often not on a user's PATH
 
 Runner = Callable[[Sequence[str], Path | None], subprocess.CompletedProcess[str]]
 
 
 def _which(tool: str) -> str | None:
-    return shutil.which(tool) or shutil.which(tool, path=os.pathsep.join(_SBIN))
+    return find_tool(tool)  # PATH, beside the running interpreter, then sbin
 
 
 def _run(argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -158,9 +158,9 @@ def suite_tree(release: str, version: str | None, suite: str, cache: Path, progr
         raise LabError(f"the {release} kernel does not say which Debian version it is (its banner has no "
                        "'Debian X'): siw.ko's headers and source cannot be matched to it")
     root = build_root(suite, cache, progress, run)
-    apt = Apt.for_suite(suite, cache)
-    apt.prepare(run, progress)
     series = _series(release)
+    apt = Apt.for_suite(suite, cache)
+    apt.prepare(run, progress, f"the {series} build root")
     headers = f"linux-headers-{release}"
     # the headers' own -common and the kbuild tools, at the same version (one source package builds them)
     wanted = [headers, *dependencies(apt, headers, version, r"linux-(?:headers|kbuild)-[a-z0-9.+~-]+", run),

@@ -133,7 +133,8 @@ def test_a_suites_lists_are_read_once_a_day(tmp_path: Path) -> None:
                                                     "http://deb.debian.org/debian trixie main\n")
     assert (state / "status").read_text() == ""
     assert [c[-1] for c in tools.calls] == ["update"]
-    assert "the host's apt is not touched" in lines[0]
+    assert lines == [f"reading Debian trixie's package lists into {state / 'lists'} (the host's own apt is not "
+                     "touched)"]
     apt.prepare(tools, lines.append)
     assert len(tools.calls) == 1  # fresh: not read again
     stamp = state / "updated"
@@ -152,7 +153,20 @@ def test_a_failed_update_uses_yesterdays_lists_or_says_why(tmp_path: Path) -> No
     apt.prepare(_Tools(tmp_path), lines.append)
     (tmp_path / "apt" / "trixie" / "updated").unlink()
     apt.prepare(failing, lines.append)  # lists from before: used, with a warning
-    assert "using the lists of an earlier day" in lines[-1]
+    assert lines[-1].startswith("reading Debian trixie's package lists failed (apt-get update), using those of an "
+                                "earlier day: E: Could not resolve")
+
+
+def test_progress_says_what_the_lists_are_read_for(tmp_path: Path) -> None:
+    """Not 'host: Debian trixie: reading its package lists' (on a bookworm host it read as if the host were
+    trixie): what is read, whose, and what for."""
+    tools, lines = _Tools(tmp_path), []
+    Apt.for_suite("trixie", tmp_path).prepare(tools, lines.append, "the 6.12 build root")
+    assert lines[0].startswith("reading Debian trixie's package lists for the 6.12 build root into ")
+    lines.clear()
+    fetch_kernel(tmp_path / "k", lines.append, _Tools(tmp_path / "k"), KERNELS["6.12"])
+    assert lines[0].startswith("reading Debian trixie's package lists for the 6.12 lab kernel into ")
+    assert not any(line.startswith("Debian trixie:") for line in lines), lines
 
 
 # --- the kernel -----------------------------------------------------------------------------------------
