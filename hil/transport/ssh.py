@@ -382,8 +382,9 @@ class SshTransport(Transport):
 
     # --- commands ----------------------------------------------------------------------------------
 
-    def _active(self) -> paramiko.Transport:
-        self._check_open()
+    def _active(self, closing: bool = False) -> paramiko.Transport:
+        if not closing:  # close() still signals the commands it ends
+            self._check_open()
         transport = self.paramiko_transport
         if transport is None:
             raise self.error("not connected: call connect() first")
@@ -393,8 +394,8 @@ class SshTransport(Transport):
             raise self.error("the SSH connection was lost" + (f" ({reason})" if reason else ""))
         return transport
 
-    def _open(self, command: str, timeout: float | None = None) -> paramiko.Channel:
-        transport = self._active()
+    def _open(self, command: str, timeout: float | None = None, closing: bool = False) -> paramiko.Channel:
+        transport = self._active(closing)
         # A frozen or vanished host never answers the open: wait no longer than the caller allows.
         wait = self.channel_timeout if timeout is None else min(timeout, self.channel_timeout)
         try:
@@ -428,8 +429,12 @@ class SshTransport(Transport):
     def _kill(self, pid: int, signal: str, timeout: float) -> None:
         # The command leads its own process group (sshd runs it in a new session): signal the group.
         # `kill -SIG -PID` is the one form dash, bash, busybox sh, ksh and zsh all take: dash refuses
-        # `kill -SIG -- -PID` and busybox `kill -s SIG -- -PID` (the group lived on under dash).
-        chan = self._open(posix_sh(f"kill -{signal} -{pid} 2>/dev/null || kill -{signal} {pid}"), timeout)
+        # `kill -SIG -- -PID` and busybox `kill -s SIG -- -PID` (the group lived on under dash). A stopped
+        # command (SIGSTOP) acts on TERM only once continued: CONT lets it clean up rather than wait for KILL.
+        script = f"kill -{signal} -{pid} 2>/dev/null || kill -{signal} {pid}"
+        if signal == "TERM":
+            script += f"; kill -CONT -{pid} 2>/dev/null || kill -CONT {pid}"
+        chan = self._open(posix_sh(script), timeout, closing=True)
         try:
             chan.shutdown_write()
             chan.status_event.wait(timeout)

@@ -118,14 +118,14 @@ def echo(transport: Transport) -> list[str]:
 
 
 def login_uid(transport: Transport) -> int:
-    return os.getuid() if transport.host.connection == "local" else pwd.getpwnam(transport.host.user).pw_uid
+    return os.getuid() if transport.host.connection == "local" else pwd.getpwnam(transport.host.user or "").pw_uid
 
 
 def test_the_login_shell_is_the_users(transport: Transport) -> None:
     """(The dash and busybox users are what they claim: sshd runs their commands through that shell.)"""
     if transport.host.connection == "local":
         pytest.skip("local commands have no login shell")
-    shell = pwd.getpwnam(transport.host.user).pw_shell
+    shell = pwd.getpwnam(transport.host.user or "").pw_shell
     assert transport.run(["sh", "-c", 'echo "$SHELL"'], timeout=10).stdout == f"{shell}\n"  # as sshd set it
 
 
@@ -295,6 +295,15 @@ def test_closing_ends_a_command_that_ignores_stdin(transport: Transport) -> None
     channel.close(grace=0.2)
     assert time.monotonic() - started < 120  # it was stopped, not waited for
     assert not channel.alive and not is_running(channel.pid)
+
+
+def test_closing_the_transport_ends_a_command_that_ignores_stdin(transport: Transport) -> None:
+    """(The transport signalled its commands through itself, after marking itself closed: it could not, and
+    a command that ignored its stdin lived on.)"""
+    channel = transport.spawn(["sh", "-c", "sleep 300; echo late"])
+    transport.close()
+    assert channel.pid is not None and not is_running(channel.pid)
+    # leaves_nothing_behind checks that the sleep is gone too
 
 
 def test_readline_timeout_names_host_and_command(transport: Transport) -> None:
