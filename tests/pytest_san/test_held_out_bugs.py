@@ -25,6 +25,8 @@ PACKAGE = held_out.__name__
 
 BUGS = {  # module -> the scenario that must catch it (issue 27's "Why": what the scenarios then missed; and one more)
     "first_entry_only_access_check": "test_access.py::test_write_only_entry_anywhere_in_a_source_list_is_rejected",
+    "first_entry_only_range_check":
+        "test_bounds.py::test_entry_one_byte_outside_its_registration_anywhere_in_a_list_is_rejected",
     "same_host_foreign_buffer_accepted": "test_access.py::test_registering_another_process_buffer_is_efault",
     "entry_resolved_in_the_callers_address_space":
         "test_access.py::test_scatter_entry_of_another_process_is_rejected",

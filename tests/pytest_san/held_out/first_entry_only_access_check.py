@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_san.mutants.wrapping import SubstitutingHandles, provider_hook
+from pytest_san.protocols import Buffer
 from pytest_san.types import Access
 
 BREAKS = ("R6", "R7")
@@ -21,8 +22,8 @@ class FirstEntryOnlyAccessCheck(SubstitutingHandles):
             return buffers
         taken = list(buffers)
         for i, pair in enumerate(taken[1:], start=1):
-            if not isinstance(pair, tuple | list) or len(pair) != 2:
-                continue
+            if not isinstance(pair, tuple | list) or len(pair) != 2 or not isinstance(pair[0], Buffer):
+                continue  # not a pair of a buffer and a handle: the wrapped provider judges it
             reg = self.shared.registered.get((id(socket), pair[1]))
             if reg is not None and reg.kind == "memory" and not reg.access & need:
                 found = self.register_quietly(socket, pair[0], Access.READWRITE)
