@@ -10,7 +10,7 @@ from ..errors import SanError, WsaError
 from ..protocols import Buffer, Call, Handle, Outcome, PendingOperation, Process, Provider, Proxy, Question, Socket
 from ..together import Earlier, first_failure, together
 from ..types import SO_MAX_RDMA_SIZE, Access, Status
-from .session import HEADER, Kind, Message, parse_src_avail, src_avail
+from .session import HEADER, MORE, Kind, Message, messages, parse_src_avail, src_avail
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -65,6 +65,7 @@ class Endpoint:
         # credit messages for ever: those wait until the peer may be stuck (it holds one credit or less).
         self.owed = 0
         self.outbox: collections.deque[Message] = collections.deque()
+        self.partial = b""  # the payload so far of a message that goes on in the next (MORE)
         self.incoming: collections.deque[_Incoming] = collections.deque()
         self.stream = bytearray()
         self.reading: collections.deque[_Incoming] = collections.deque()  # read mode, sinks being read
@@ -109,6 +110,10 @@ class Endpoint:
         self.conn.trace.append((self.name, method))
         return getattr(self.provider, method)(self.socket, *args)
 
+    def _room(self) -> int:
+        """The payload one message holds."""
+        return self.conn.message_size - HEADER.size
+
     def _recv_slot(self, slot: int) -> Buffer:
         size = self.conn.message_size
         return self.recv_region.view(slot * size, size)
@@ -141,12 +146,12 @@ class Endpoint:
             if self.conn.read_mode(self.peer):
                 desc = self._call("register_rdma_memory", source, Access.READ)
                 self.awaiting_read.append(_Outgoing(source, descriptor=desc))
-                self.outbox.append(src_avail(len(data), desc))
+                self.outbox.extend(src_avail(len(data), bytes(desc), self._room()))
             else:
                 self.awaiting_sink.append(_Outgoing(source))
-                self.outbox.append(src_avail(len(data)))
+                self.outbox.extend(src_avail(len(data), b"", self._room()))
         else:
-            chunk = self.conn.message_size - HEADER.size
+            chunk = self._room()
             for i in range(0, len(data), chunk):
                 self.outbox.append(Message(Kind.DATA, bytes(data[i:i + chunk])))
         # Only our own side moves now; the peer's switch acts when its application calls recv.
@@ -253,8 +258,14 @@ class Endpoint:
             if msg.kind is not Kind.CREDIT:
                 self.owed += 1
             self.credits += msg.credits
-            self._handle(msg)
             moved = True
+            if msg.flags & MORE:  # a payload longer than one message: the rest follows
+                self.partial += msg.payload
+                continue
+            if self.partial:
+                msg = Message(msg.kind, self.partial + msg.payload, msg.credits)
+                self.partial = b""
+            self._handle(msg)
         moved = self._advance_rdma() or moved
         return self._flush() or moved
 
@@ -282,7 +293,7 @@ class Endpoint:
                 self.reading.append(item)
             else:  # write mode: let the sender write into a WRITE descriptor
                 item.descriptor = self._call("register_rdma_memory", sink, Access.WRITE)
-                self.outbox.append(Message(Kind.SINK_AVAIL, item.descriptor))
+                self.outbox.extend(messages(Kind.SINK_AVAIL, bytes(item.descriptor), self._room()))
         elif msg.kind is Kind.SINK_AVAIL:
             out = self.awaiting_sink.popleft()
             out.handle = self._call("register_memory", out.source, Access.READ)

@@ -14,7 +14,8 @@ from .session import HEADER, LENGTH
 RDMA_MODES = ("auto", "read", "write")
 OPTIONS = ("rdma_threshold", "rdma_mode", "message_size", "message_count")
 MAX_DESCRIPTOR = 48
-"""Room a message slot keeps for the peer's RDMA descriptor (a SRC_AVAIL message carries one)."""
+"""Room the smallest message slot has for an RDMA descriptor (a SRC_AVAIL message carries one): pytest-san's
+providers' fit in one message; a provider's longer ones travel in several (session.MORE)."""
 MIN_MESSAGE_SIZE = HEADER.size + LENGTH.size + MAX_DESCRIPTOR
 MAX_MESSAGE_SIZE = 1 << 20
 MIN_MESSAGE_COUNT = 3

@@ -87,3 +87,27 @@ def test_the_model_finds_a_deregistered_descriptor_handed_out_again(pytester: py
     model = data["model"]
     assert isinstance(model, dict) and model["divergences"]
     assert all("R3" in found["rules"] for found in model["divergences"]), model["divergences"]
+
+
+HUGE_DESCRIPTORS = '''
+from pytest_san.mutants.legal.longer_descriptors import LongerDescriptors
+from pytest_san.mutants.wrapping import provider_hook
+
+
+class HugeDescriptors(LongerDescriptors):
+    pad = 300
+
+
+pytest_san_make_provider = provider_hook(HugeDescriptors)
+'''
+
+
+def test_descriptors_longer_than_a_message_pass_the_switch_scenarios(pytester: pytest.Pytester) -> None:
+    """320-byte descriptors, in 128-byte messages (test_flow_control_survives_completions_seen_late): the switch
+    sends a descriptor in as many messages as it takes (it wrote past the slot before)."""
+    pytester.makepyfile(huge_descriptors=HUGE_DESCRIPTORS)
+    data = _report(pytester, "pytest_san.scenarios.test_switch", "-p", "huge_descriptors",
+                   "--san-model-sequences", "0")
+    assert _failed_rules(data) == set()
+    rules = data["rules"]
+    assert isinstance(rules, dict) and rules["R10"]["passed"] > 0

@@ -17,6 +17,8 @@ _tags = itertools.count(1)
 
 
 class LongerDescriptors(DelegatingProvider):
+    pad = PAD  # bytes added to each of the wrapped provider's descriptors
+
     def _table(self) -> dict[bytes, bytes]:
         table: dict[bytes, bytes] = self.shared.extra.setdefault("inner", {})
         return table
@@ -30,15 +32,15 @@ class LongerDescriptors(DelegatingProvider):
     def register_rdma_memory(self, socket: Any, buffer: Any, access: Any, descriptor_size: int | None = None) -> Any:
         size = descriptor_size
         if type(size) is int:  # probe with the room the wrapped descriptor has inside ours
-            size = max(size - PAD, 0)
+            size = max(size - self.pad, 0)
         try:
             inner = self.inner.register_rdma_memory(socket, buffer, access, size)
         except SanError as exc:
             if exc.required_size is None:
                 raise
-            raise SanError(WsaError.WSAEFAULT, f"a descriptor needs {exc.required_size + PAD} bytes",
-                           required_size=exc.required_size + PAD) from exc
-        ours = bytes(inner) + next(_tags).to_bytes(PAD, "little")
+            raise SanError(WsaError.WSAEFAULT, f"a descriptor needs {exc.required_size + self.pad} bytes",
+                           required_size=exc.required_size + self.pad) from exc
+        ours = bytes(inner) + next(_tags).to_bytes(self.pad, "little")
         self._table()[ours] = bytes(inner)
         return ours
 
