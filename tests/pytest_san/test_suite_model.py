@@ -5,6 +5,7 @@ pytest_san/scenarios/test_model.py), and which rules a divergence breaks (pytest
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -188,3 +189,24 @@ def test_a_registration_of_another_process_buffer_breaks_r1_and_r5() -> None:
                                                 ("probe", "R14"), ("pending", "R14"), ("crash", "R14")])
 def test_what_the_checks_found_breaks_its_rule(category: str, rule: str) -> None:
     assert _rules(Problem(category, "..."), [Register(0, "memory", (0, 0, 0, 8), R, reg=1)], index=0) == (rule,)
+
+
+def test_each_rules_model_test_shows_its_divergences_in_pytest_html(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_html", reason="pytest-html is not installed (the test extra has it)")
+    from tests.pytest_san.test_html_report import report_data
+
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios", "-k",
+                                           MODEL_TESTS, "-p", "pytest_san.mutants.bugs.read_handle_writable",
+                                           *SMALL, "--html=report.html")
+    result.assert_outcomes(passed=len(MODEL_RULES) - 1, failed=1)
+    tests = report_data(pytester.path / "report.html")["tests"]
+
+    def extra(rule: str) -> str:
+        (row,) = next(rows for test, rows in tests.items() if test.endswith(f"::{MODEL_TESTS}[{rule}]"))
+        (found,) = [e["content"] for e in row["extras"] if e["name"] == "SAN model"]
+        return str(found)
+
+    assert 'data-verdict="diverged"' in extra("R6") and re.search(r"divergence\(s\) breaking R6 in \d+ sequence",
+                                                                  extra("R6"))
+    assert '<p class="san-divergence">divergence 1 of ' in extra("R6") and ", breaking R6</p>" in extra("R6")
+    assert 'data-verdict="passed"' in extra("R7") and "no divergence breaking R7" in extra("R7")
