@@ -24,7 +24,8 @@ holder then answers with its record (worker, run, controller, pid, since): that 
 so it is kept only when the command line is an agent's, only its known keys, each cut to a short token of
 plain characters; the kernel's facts always win. A process that is no agent is shown as what it is (uid,
 user, pid, command line), never with what it says. Reading the answer has a total deadline and a size cap,
-so a holder that trickles bytes costs at most ``_ANSWER_TIMEOUT`` seconds.
+so a holder that trickles bytes costs at most ``_ANSWER_TIMEOUT`` seconds; one that accepts no connection, or
+never listens, is looked for by its socket's inode among the processes this user may see.
 
 What another local user can and cannot do: any user takes a free lease; no user can break or steal another's
 (only its holder can close its socket, and a second bind of a held name fails) or plant one (a name is held
@@ -143,6 +144,43 @@ def process_facts(pid: int, uid: int) -> dict[str, Any]:
     return facts
 
 
+def find_holder(name: str, deadline: float) -> dict[str, Any]:
+    """The kernel's facts on whoever holds lease ``name`` when it cannot be asked (it accepts no connection,
+    or never listens): its socket's inode from ``/proc/net/unix``, then the process with that socket among
+    those whose descriptors this user may read (all, as root). {} when it cannot be found before ``deadline``."""
+    wanted = "@" + name
+    links = set()
+    try:
+        with open("/proc/net/unix") as table:
+            for line in table:
+                fields = line.split()
+                # the bound socket itself, not the connections queued on it (state 03, connected)
+                if len(fields) >= 8 and fields[7] == wanted and fields[5] == "01":
+                    links.add(f"socket:[{fields[6]}]")
+    except OSError:
+        return {}
+    if not links:
+        return {}
+    for entry in os.listdir("/proc"):
+        if time.monotonic() > deadline:
+            break
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:  # gone, or another user's
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{entry}/fd/{fd}") not in links:
+                    continue
+                uid = os.stat(f"/proc/{entry}").st_uid
+            except OSError:
+                continue
+            return process_facts(int(entry), uid)
+    return {}
+
+
 def claims(answer: object) -> dict[str, Any]:
     """The keys of ``CLAIMS`` in a holder's answer whose values are short plain tokens (pid: a number)."""
     if not isinstance(answer, dict):
@@ -225,8 +263,9 @@ def read_holder(name: str) -> dict[str, Any] | None:
         except (ConnectionRefusedError, FileNotFoundError):
             return None  # bound but not listening (being taken or given back), or gone
         except OSError as exc:  # its queue is full: it never accepts
-            return {"unanswered": f"its holder accepts no connection ({exc.strerror or 'timed out'}); "
-                                  f"`ss -xlp | grep {name}` names it"}
+            found = find_holder(name, deadline)
+            return {**found, "unanswered": f"it accepts no connection ({exc.strerror or 'timed out'})"
+                    + ("" if found else f"; as root, `ss -xlp | grep {name}` names it")}
         try:
             pid, uid, _ = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
         except OSError:
@@ -278,5 +317,6 @@ def take(directory: str, host: str, holder: dict[str, Any], engine: str = "emula
         record["since"] = now_iso()
         return Lease(sock, name, record), record
     # Bound all along, never listening: a process holds the name without answering for it.
-    return None, {"unanswered": "its holder bound the name but does not listen on it; "
-                                f"`ss -xap | grep {name}` names it", "lease": name}
+    found = find_holder(name, time.monotonic() + _ANSWER_TIMEOUT)
+    return None, {**found, "lease": name, "unanswered": "it bound the name but does not listen on it"
+                  + ("" if found else f"; as root, `ss -xap | grep {name}` names it")}

@@ -192,13 +192,27 @@ def test_a_holder_that_never_accepts_is_still_named_by_the_kernel(squat: Squat) 
     assert record["unanswered"] == "it did not say who it is within 2 s"
     for _ in range(5):  # a full queue: no connection at all, and still no wait beyond the deadline
         record = _take_name(squatter)
-    assert "pytest-san-lease/" in describe_holder(record)
+    # found by its socket's inode (/proc/net/unix) among the processes this user may see (root: all)
+    assert record["agent_pid"] == squatter.pid and str(record["unanswered"]).startswith("it accepts no connection")
+    assert f"pid {squatter.pid} of user " in describe_holder(record)
 
 
 def test_a_name_bound_but_never_listened_on_is_busy_saying_so(squat: Squat) -> None:
-    record = _take_name(squat("unbound"))
-    assert "does not listen on it" in str(record["unanswered"]) and "refused" not in record
-    assert describe_holder(record).startswith("an unknown holder on lease pytest-san-lease/")
+    squatter = squat("unbound")
+    record = _take_name(squatter)
+    assert record["unanswered"] == "it bound the name but does not listen on it" and "refused" not in record
+    assert record["agent_pid"] == squatter.pid
+    assert describe_holder(record).startswith("a process that is no pytest-san agent on lease pytest-san-lease/")
+
+
+def test_a_silent_squatter_of_another_user_is_named_to_root(squat: Squat) -> None:
+    """Its socket found among every process's descriptors: root may read them all (another user could not,
+    and is told to ask root, `ss -xlp`)."""
+    other = other_users()[0]
+    squatter = squat("silent", user=other.pw_name)
+    for _ in range(3):
+        record = _take_name(squatter)
+    assert record["agent_pid"] == squatter.pid and record["uid"] == other.pw_uid
 
 
 def _take_name(squatter: Squatter) -> dict[str, object]:
