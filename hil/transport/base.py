@@ -494,8 +494,11 @@ class Transport(ABC):
         """Another user holds ``taken``: a good copy of ours under a suffixed name, else a new such name."""
         log.warning("%s: not using %s: %s; pushing to a name of our own", self.label, taken,
                     self._what(ops, taken, found))
-        with self._step("list", tmp):
-            names = sorted(n for n in ops.names(tmp) if n.startswith(base) and _OWN_SUFFIX.fullmatch(n[len(base):]))
+        try:
+            listed = ops.names(tmp)
+        except OSError:  # a directory we may write to but not list (mode 1733): a new name each time, then
+            listed = []
+        names = sorted(n for n in listed if n.startswith(base) and _OWN_SUFFIX.fullmatch(n[len(base):]))
         for candidate in names:
             path = posixpath.join(tmp, candidate)
             found = self._inspect(ops, path, digest)

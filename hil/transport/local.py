@@ -140,7 +140,11 @@ class _LocalOps:
         return True
 
     def remove_tree(self, path: str) -> None:
-        shutil.rmtree(path, ignore_errors=True)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with suppress(OSError):
+                os.unlink(path)
 
     def owner_name(self, path: str, uid: int) -> str | None:
         try:

@@ -132,6 +132,9 @@ class _SftpOps:
 
     def remove_tree(self, path: str) -> None:
         try:
+            if not stat.S_ISDIR(self._sftp.lstat(path).st_mode or 0):
+                self._sftp.remove(path)  # what a replaced name held may be a file or a link
+                return
             for entry in self._sftp.listdir_attr(path):
                 child = f"{path}/{entry.filename}"
                 if stat.S_ISDIR(entry.st_mode or 0):

@@ -200,15 +200,19 @@ def plant(path: Path, uid: int, mode: int = 0o700, marker: bytes | None = None) 
     return path
 
 
-@pytest.mark.parametrize("why", ["writable by others", "no marker", "empty marker", "another digest"])
+@pytest.mark.parametrize("why", ["writable by others", "no marker", "empty marker", "another digest", "a file"])
 def test_push_replaces_a_directory_of_ours_that_fails_the_check(transport: Transport, why: str,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     """A push that died half-way, or that a full disk emptied (0-byte files and marker, as a pipelined SFTP
     write that dropped its errors left them), is replaced, never reused."""
     final = remote_dir(transport) / f"pytest-san-agent-u{login_uid(transport)}-{content_digest(FILES)}"
     marker = {"writable by others": f"{content_digest(FILES)}\n".encode(), "no marker": None,
-              "empty marker": b"", "another digest": b"0123456789abcdef\n"}[why]
-    plant(final, login_uid(transport), 0o777 if why == "writable by others" else 0o700, marker)
+              "empty marker": b"", "another digest": b"0123456789abcdef\n", "a file": None}[why]
+    if why == "a file":
+        final.write_bytes(b"")
+        os.chown(final, login_uid(transport), -1)
+    else:
+        plant(final, login_uid(transport), 0o777 if why == "writable by others" else 0o700, marker)
     assert transport.push(FILES) == str(final)
     assert (final / "agent.py").read_bytes() == FILES["agent.py"]
     assert (final / COMPLETE_MARKER).read_text() == f"{content_digest(FILES)}\n"
