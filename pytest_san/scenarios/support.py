@@ -217,9 +217,7 @@ MAX_SGE = 4
 provider that takes fewer refuses a longer list with WSAEINVAL: a rejection, as the scenarios below count it."""
 
 SOURCE_KINDS = ("send", "rdma_write")
-"""Calls whose local list is read (its entries need READ)."""
-SINK_KINDS = ("recv", "rdma_read")
-"""Calls whose local list is written (its entries need WRITE)."""
+"""Calls whose local list is read (its entries need READ); a receive's or an RDMA read's is written (WRITE)."""
 SCATTER_GUARD = 8
 """Guard bytes around each entry of a ``Scatter``: a transfer one byte outside an entry reaches into them."""
 
