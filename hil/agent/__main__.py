@@ -4,7 +4,7 @@ Answers requests on stdin until stdin closes (the controller, or its SSH connect
 then releases everything it holds and exits. Python 3.9+, standard library (+ pyverbs for verbs).
 
 Before serving it leases what it drives (``lease.py``: an abstract socket held until it exits: the RDMA
-device for verbs, the host name for the emulator); when another process holds the lease, its hello is
+device's port for verbs, the host name for the emulator); when another process holds the lease, its hello is
 ``{"busy": <holder>}`` and it exits with status 4 without serving. An engine that cannot start (no such
 device, GID index not set, no pyverbs) makes its hello ``{"failed": <why>}`` (server.py) and it exits with status 5.
 """
@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     # A verbs agent leases its device; an emulator agent its host name, in the scope of the directory agents
     # are pushed to (san_remote_tmp or /tmp), every user's alike (lease.py).
-    device = json.loads(args.options).get("device") if args.engine == "verbs" else None
-    held, holder = lease.take(str(ROOT.parent), args.host, json.loads(args.lease), args.engine, device)
+    options = json.loads(args.options) if args.engine == "verbs" else {}
+    held, holder = lease.take(str(ROOT.parent), args.host, json.loads(args.lease), args.engine,
+                              options.get("device"), options.get("port"))
     if held is None:
         busy = {"protocol": wire.PROTOCOL_VERSION, "hash": mine, "pid": os.getpid(), "busy": holder}
         sys.stdout.buffer.write(wire.encode({"hello": busy}))

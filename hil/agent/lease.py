@@ -8,9 +8,10 @@ agent, controller or SSH connection frees the lease at once: there is no stale l
 The name is that of what the agent holds on this machine, never the inventory's name for the machine, so
 two inventories (or users) that name one machine differently still exclude each other:
 
-* a ``verbs`` agent leases the RDMA device: ``pytest-san-lease/verbs/<device>`` (``san_device``, else the
-  device the engine will pick: the first with an ACTIVE port). Two agents on one device exclude each other,
-  whoever started them, whatever ``san_remote_tmp`` they use; two devices of one machine are two leases.
+* a ``verbs`` agent leases the RDMA device's port: ``pytest-san-lease/verbs/<device>/<port>`` (``san_device``
+  and ``san_port``, else what the engine will pick: the first device, and port, that is ACTIVE). Two agents on
+  one port exclude each other, whoever started them, whatever ``san_remote_tmp`` they use; two devices, or
+  two ports of one device, are two leases.
 * an ``emulator`` agent holds nothing of its machine (its SAN is in the agent's process), so its lease is
   its inventory host's, in its ``san_remote_tmp``'s scope: ``pytest-san-lease/<digest>/<host>``. That is
   what lets one machine serve several emulator hosts (the project's own tests run two over one sshd).
@@ -73,29 +74,31 @@ def _safe(text: str, limit: int = 60) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:limit] or "_"
 
 
-def lease_name(scope: str, host: str, engine: str = "emulator", device: str | None = None) -> str:
+def lease_name(scope: str, host: str, engine: str = "emulator", device: str | None = None,
+               port: int | None = None) -> str:
     """The abstract socket name of an agent's lease (readable in ``ss -xl``, cut to what the namespace allows).
 
-    ``verbs``: the RDMA ``device`` alone (the machine's NIC, whatever the inventory calls the machine, wherever
-    the agent was pushed); ``emulator``: inventory host ``host`` in ``scope`` (the agents' directory), unique
-    by digest."""
+    ``verbs``: the RDMA ``device`` and ``port`` alone (the machine's NIC port, whatever the inventory calls the
+    machine, wherever the agent was pushed); ``emulator``: inventory host ``host`` in ``scope`` (the agents'
+    directory), unique by digest."""
     if engine == "verbs":
-        return f"{PREFIX}verbs/{_safe(device or '?')}"
+        return f"{PREFIX}verbs/{_safe(device or '?')}/{port if port is not None else '?'}"
     digest = hashlib.sha256(f"{os.path.normpath(scope)}\0{host}".encode()).hexdigest()[:16]
     return f"{PREFIX}{digest}/{_safe(host)}"
 
 
-def verbs_device(device: str | None) -> str:
-    """The device a verbs agent leases: ``device`` (san_device), else the one the engine picks (the first
-    with an ACTIVE port), else "?" (no device: the engine says why it cannot start, after the lease)."""
-    if device:
-        return device
+def verbs_port(device: str | None, port: int | None) -> tuple[str | None, int | None]:
+    """The device and port a verbs agent leases: ``san_device`` and ``san_port``, what the engine will pick for
+    either that is unset (the first device, and port, that is ACTIVE), or as given when there is none (the
+    engine then says why it cannot start, after the lease)."""
+    if device and port is not None:
+        return device, port
     try:
         from hil.agent.engines.verbs.devices import NoRdmaDevice, select_device
 
-        return select_device(None)[0]
+        return select_device(device or None, port=port)
     except (ImportError, OSError, NoRdmaDevice):
-        return "?"
+        return device, port
 
 
 def _address(name: str) -> bytes:
@@ -283,7 +286,7 @@ def read_holder(name: str) -> dict[str, Any] | None:
 
 
 def take(directory: str, host: str, holder: dict[str, Any], engine: str = "emulator",
-         device: str | None = None) -> tuple[Lease | None, dict[str, Any]]:
+         device: str | None = None, port: int | None = None) -> tuple[Lease | None, dict[str, Any]]:
     """Lease what an agent for inventory host ``host`` drives (see :func:`lease_name`): (the lease, its record)
     if it was free, else (None, the current holder's record, :func:`read_holder`'s).
 
@@ -292,8 +295,8 @@ def take(directory: str, host: str, holder: dict[str, Any], engine: str = "emula
     failure is ever a refusal; nothing a holder answers is.
     """
     if engine == "verbs":
-        device = verbs_device(device)
-    name = lease_name(directory, host, engine, device)
+        device, port = verbs_port(device, port)
+    name = lease_name(directory, host, engine, device, port)
     record = claims(holder)
     uid = os.geteuid()
     record.update(host=host, agent_pid=os.getpid(), agent_host=os.uname().nodename, uid=uid, user=_user(uid),

@@ -238,37 +238,67 @@ def test_two_names_for_one_device_exclude_each_other(tmp_path: Path) -> None:
         sys.path.insert(0, {str(ROOT)!r})
         from hil.agent import lease
         held, _ = lease.take({str(tmp_path / "a")!r}, "labA", {{"worker": "gw0", "run": "first"}}, "verbs",
-                             {device!r})
+                             {device!r}, 1)
         print("held" if held else "busy", flush=True)
         time.sleep(120)
     """)], stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
-        # Another inventory, another name for the machine, another san_remote_tmp: the same device
-        busy, record = lease.take(str(tmp_path / "b"), "labB", {}, "verbs", device)
+        # Another inventory, another name for the machine, another san_remote_tmp: the same device and port
+        busy, record = lease.take(str(tmp_path / "b"), "labB", {}, "verbs", device, 1)
         assert busy is None and record["agent_pid"] == holder.pid
-        assert record["lease"] == f"pytest-san-lease/verbs/{device}"
-        other, _ = lease.take(str(tmp_path / "b"), "labA", {}, "verbs", device + "x")  # another device
-        assert other is not None
-        other.release()
+        assert record["lease"] == f"pytest-san-lease/verbs/{device}/1"
+        for other_device, other_port in ((device + "x", 1), (device, 2)):  # another device, another port
+            other, _ = lease.take(str(tmp_path / "b"), "labA", {}, "verbs", other_device, other_port)
+            assert other is not None
+            other.release()
     finally:
         holder.kill()
         holder.wait()
-    free, _ = lease.take(str(tmp_path / "b"), "labB", {}, "verbs", device)  # a dead holder frees it
+    free, _ = lease.take(str(tmp_path / "b"), "labB", {}, "verbs", device, 1)  # a dead holder frees it
     assert free is not None
     free.release()
 
 
-def test_a_verbs_agent_without_a_device_leases_the_one_it_would_pick(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert lease.verbs_device("rxe7") == "rxe7"
+def test_a_verbs_agent_leases_the_port_it_would_pick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """san_device and san_port unset: the device and port the engine picks, so that an inventory that names
+    them and one that leaves them to the engine still meet on one lease."""
     from hil.agent.engines.verbs import devices
 
-    monkeypatch.setattr(devices, "select_device", lambda name: ("mlx5_1", 1))
-    assert lease.verbs_device(None) == "mlx5_1"
+    picked: list[tuple[object, object]] = []
 
-    def none(name: object) -> tuple[str, int]:
+    def select(name: str | None, port: int | None = None) -> tuple[str, int]:
+        picked.append((name, port))
+        return (name or "mlx5_1", port or 1)
+
+    monkeypatch.setattr(devices, "select_device", select)
+    assert lease.verbs_port("rxe7", 2) == ("rxe7", 2) and picked == []  # both given: nothing to pick
+    assert lease.verbs_port(None, None) == ("mlx5_1", 1)
+    assert lease.verbs_port("rxe0", None) == ("rxe0", 1) and picked[-1] == ("rxe0", None)
+
+    def none(name: object, port: object = None) -> tuple[str, int]:
         raise devices.NoRdmaDevice("no RDMA device: /sys/class/infiniband is absent")
 
     monkeypatch.setattr(devices, "select_device", none)
-    assert lease.verbs_device(None) == "?"
-    assert lease.lease_name("/tmp", "lab1", "verbs", "?") == "pytest-san-lease/verbs/_"
+    assert lease.verbs_port(None, None) == (None, None)
+    assert lease.lease_name("/tmp", "lab1", "verbs", None, None) == "pytest-san-lease/verbs/_/?"
+
+
+def test_an_agent_for_another_name_of_a_leased_port_says_busy() -> None:
+    """The agent itself (hil/agent/__main__.py), as the controller starts it: its hello names the holder."""
+    from hil.agent import server
+    from hil.rpc import framing
+
+    device = f"dev-{uuid.uuid4().hex[:8]}"
+    held, _ = lease.take("/tmp", "labA", {"worker": "gw0"}, "verbs", device, 1)
+    assert held is not None
+    try:
+        content = framing.tree_hash(server.agent_files(ROOT))
+        done = subprocess.run([sys.executable, str(ROOT / "hil/agent/__main__.py"), "--engine", "verbs", "--host",
+                               "labB", "--hash", content, "--options", json.dumps({"device": device, "port": 1})],
+                              capture_output=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    finally:
+        held.release()
+    assert done.returncode == 4, done.stderr  # BUSY
+    hello = json.loads(done.stdout.splitlines()[0])["hello"]["busy"]
+    assert hello["agent_pid"] == os.getpid() and hello["lease"] == f"pytest-san-lease/verbs/{device}/1"

@@ -131,8 +131,10 @@ def test_lease_names() -> None:
     assert lease.lease_name("/tmp/", "lab1") == name  # one directory, one scope
     assert lease.lease_name("/srv/san", "lab1") != name and lease.lease_name("/tmp", "lab2") != name
     # a verbs agent's lease is its device's: no host name, no scope
-    assert lease.lease_name("/tmp", "lab1", "verbs", "rxe0") == lease.lease_name("/srv", "lab2", "verbs", "rxe0")
-    assert lease.lease_name("/tmp", "lab1", "verbs", "rxe0") == "pytest-san-lease/verbs/rxe0"
+    assert lease.lease_name("/tmp", "lab1", "verbs", "rxe0", 1) == lease.lease_name("/srv", "lab2", "verbs", "rxe0", 1)
+    assert lease.lease_name("/tmp", "lab1", "verbs", "rxe0", 1) == "pytest-san-lease/verbs/rxe0/1"
+    assert lease.lease_name("/tmp", "lab1", "verbs", "mlx5_0", 2) != lease.lease_name("/tmp", "lab1", "verbs",
+                                                                                      "mlx5_0", 1)
     odd = lease.lease_name("/tmp", "../x y" * 40)
     assert len(odd) < 108 and " " not in odd and odd != lease.lease_name("/tmp", "__x_y" * 40)
 
