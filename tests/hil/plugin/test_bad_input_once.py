@@ -50,8 +50,11 @@ def test_a_closed_port(pytester: pytest.Pytester) -> None:
     _short(result.stdout.str(), f"127.0.0.1:{port}", "refused", "the hil backend could not be built")
 
 
-@pytest.mark.parametrize("remote_tmp", ["/nonexistent-san-tmp/x", "relative/tmp"])
+@pytest.mark.parametrize("remote_tmp", ["/nonexistent-san-tmp/x", "relative/tmp", "a-file"])
 def test_a_bad_san_remote_tmp(pytester: pytest.Pytester, remote_tmp: str) -> None:
+    if remote_tmp == "a-file":
+        remote_tmp = str(pytester.path / "a-file")
+        Path(remote_tmp).write_text("not a directory")
     inventory = _inventory(pytester.path / "lab.json", h=_local(san_remote_tmp=remote_tmp))
     result = _pytest(pytester, f"--san-inventory={inventory}")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
