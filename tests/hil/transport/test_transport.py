@@ -18,10 +18,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import paramiko
 import pytest
 
 from hil.inventory import HostConfig
@@ -64,7 +66,8 @@ def _is_server(pid: int) -> bool:
 
 @pytest.fixture(autouse=True)
 def leaves_nothing_behind() -> Iterator[None]:
-    """Every process a test started (commands, sshd sessions) is gone shortly after it ends."""
+    """Every process a test started (commands, sshd sessions) is gone shortly after it ends, and every thread
+    of its SSH connections."""
     before = set(descendants(os.getpid()))
 
     def leftovers() -> list[str]:
@@ -74,6 +77,8 @@ def leaves_nothing_behind() -> Iterator[None]:
     yield
     wait_until(lambda: not leftovers(), timeout=5.0)
     assert not leftovers()
+    # nor any paramiko thread: close() joins them (one that outlived its connection crashed pytest)
+    assert [t.name for t in threading.enumerate() if isinstance(t, paramiko.Transport)] == []
 
 
 SSH_LOGINS = ("ssh", "ssh-dash", "ssh-busybox")  # the sshd as us (bash), as a dash user, as a busybox sh user
