@@ -117,7 +117,7 @@ QUEUE_DEPTH = 64
 MAX_RDMA_SIZE = 1 << 20
 RDMA_THRESHOLD = 16 * 1024
 DESCRIPTOR = struct.Struct("<QQI")  # address, length, window rkey: what verbs hands a peer
-DESCRIPTOR_SIZE = DESCRIPTOR.size  # 20
+DESCRIPTOR_SIZE = DESCRIPTOR.size  # 20: what pytest-san's providers chose; any provider chooses its own (the probe)
 
 
 def is_int(value: object) -> bool:
