@@ -55,6 +55,7 @@ __all__ = [
     "PID_MARKER",
     "SshChannel",
     "SshTransport",
+    "kill_script",
     "posix_sh",
 ]
 
@@ -198,6 +199,20 @@ def posix_sh(script: str) -> str:
     single-quoted word. ``script`` is POSIX sh.
     """
     return f"exec /bin/sh -c {shlex.quote(script)}"
+
+
+def kill_script(pid: int, signal: str) -> str:
+    """POSIX sh that sends ``signal`` (TERM, KILL) to the process group ``pid`` leads (sshd starts each command
+    in a new session), or to ``pid`` alone if that fails.
+
+    ``kill -SIG -PID`` is the one form dash, bash, busybox sh, ksh and zsh all take: dash refuses
+    ``kill -SIG -- -PID`` and busybox ``kill -s SIG -- -PID`` (under dash the group lived on). A stopped
+    command (SIGSTOP) acts on TERM only once continued: CONT lets it clean up rather than wait for KILL.
+    """
+    script = f"kill -{signal} -{pid} 2>/dev/null || kill -{signal} {pid}"
+    if signal == "TERM":
+        script += f"; kill -CONT -{pid} 2>/dev/null || kill -CONT {pid}"
+    return script
 
 
 JOIN_TIMEOUT = 5.0  # seconds a closed connection's paramiko thread gets to end (its socket is closed: it does)
@@ -430,14 +445,7 @@ class SshTransport(Transport):
         return channel
 
     def _kill(self, pid: int, signal: str, timeout: float) -> None:
-        # The command leads its own process group (sshd runs it in a new session): signal the group.
-        # `kill -SIG -PID` is the one form dash, bash, busybox sh, ksh and zsh all take: dash refuses
-        # `kill -SIG -- -PID` and busybox `kill -s SIG -- -PID` (the group lived on under dash). A stopped
-        # command (SIGSTOP) acts on TERM only once continued: CONT lets it clean up rather than wait for KILL.
-        script = f"kill -{signal} -{pid} 2>/dev/null || kill -{signal} {pid}"
-        if signal == "TERM":
-            script += f"; kill -CONT -{pid} 2>/dev/null || kill -CONT {pid}"
-        chan = self._open(posix_sh(script), timeout, closing=True)
+        chan = self._open(posix_sh(kill_script(pid, signal)), timeout, closing=True)
         try:
             chan.shutdown_write()
             chan.status_event.wait(timeout)

@@ -6,6 +6,7 @@ Both run on this machine, so what a command left behind is visible in /proc eith
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import getpass
 import hashlib
@@ -38,6 +39,7 @@ from hil.transport import (
     content_digest,
     open_transport,
 )
+from hil.transport.ssh import kill_script
 from tests.support.shell_users import shell_user
 from tests.support.sshd import SshServer, descendants, free_port, is_running, parent_pid, wait_until, write_keypair
 
@@ -304,6 +306,32 @@ def test_closing_ends_a_command_that_ignores_stdin(transport: Transport) -> None
     channel.close(grace=0.2)
     assert time.monotonic() - started < 120  # it was stopped, not waited for
     assert not channel.alive and not is_running(channel.pid)
+
+
+SHELLS = {"dash": ["dash"], "bash": ["bash"], "busybox sh": ["busybox", "sh"]}
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+@pytest.mark.parametrize("signal_name", ["TERM", "KILL"])
+def test_the_group_kill_works_under_each_shell(shell: str, signal_name: str) -> None:
+    """The script that stops a command, run by each /bin/sh a lab host may have, ends its whole group: with
+    `kill -TERM -- -PID`, dash ended only the group's leader and its children lived on."""
+    argv = SHELLS[shell]
+    if shutil.which(argv[0]) is None:
+        pytest.skip(f"{argv[0]} is not installed")
+    group = subprocess.Popen(["sh", "-c", "sleep 300; echo late"], start_new_session=True)
+    try:
+        assert wait_until(lambda: len(descendants(group.pid)) == 1, timeout=5)  # the sleep has started
+        [child] = descendants(group.pid)
+        done = subprocess.run([*argv, "-c", kill_script(group.pid, signal_name)], capture_output=True, text=True,
+                              timeout=10, check=False)
+        assert done.returncode == 0, done.stderr
+        assert group.wait(10) == -getattr(signal, f"SIG{signal_name}")
+        assert wait_until(lambda: not is_running(child), timeout=5), f"{shell} left the group's sleep running"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group.pid, signal.SIGKILL)
+        group.wait()
 
 
 def test_closing_the_transport_ends_a_command_that_ignores_stdin(transport: Transport) -> None:
