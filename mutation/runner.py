@@ -4,6 +4,7 @@ every surviving non-message mutant held to mutation/survivors.md (docs/mutation.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -85,13 +86,40 @@ def all_mutant_names(work: Path) -> list[str]:
 
 
 def generate(work: Path, max_children: int) -> list[str]:
-    """Make the mutants without running any: ``mutmut run`` asked for a mutant that does not exist makes them
-    all (and its test statistics), then stops at the name. The names, from what it wrote."""
+    """Make the mutants and mutmut's record of which test reaches which function, without running a mutant:
+    ``mutmut run`` asked for a mutant that does not exist makes them, then stops at the name. The names, from
+    what it wrote."""
     mutmut(work, ["run", "--max-children", str(max_children), "mutation-generate-only"], quiet=True)
     names = all_mutant_names(work)
     if not names:
         raise SystemExit(f"mutation: mutmut made no mutants in {work} (run it there by hand to see why)")
     return names
+
+
+def run_together(stats: dict[str, Any], patterns: list[str]) -> int:
+    """mutmut runs a mutant against the tests that reached its function while it recorded who calls what. A
+    session fixture's work is recorded under the one test that first asked for it: the model, run once for all
+    its tests, would be recorded under the first (R1) alone, and a divergence only another rule's test fails
+    would go unseen. So every function that any test matching a pattern reached gets all the tests matching it.
+    Returns how many functions gained tests."""
+    known = list(stats["duration_by_test"])
+    widened = 0
+    for pattern in patterns:
+        group = {t for t in known if fnmatch.fnmatchcase(t, pattern)}
+        for tests in stats["tests_by_mangled_function_name"].values():
+            if group & set(tests) and not group <= set(tests):
+                tests[:] = sorted(set(tests) | group)
+                widened += 1
+    return widened
+
+
+def widen(work: Path, patterns: list[str]) -> None:
+    path = work / "mutants" / "mutmut-stats.json"
+    if not patterns or not path.exists():
+        return
+    stats = json.loads(path.read_text(encoding="utf-8"))
+    if run_together(stats, patterns):
+        path.write_text(json.dumps(stats, indent=1), encoding="utf-8")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -110,6 +138,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--config", type=Path, default=CONFIG, help="the configuration (default mutation/mutmut.toml)")
     p.add_argument("--survivors", type=Path, default=SURVIVORS,
                    help="the triage file (default mutation/survivors.md)")
+    p.add_argument("--again", action="store_true",
+                   help="in the work directory of an earlier run: run again only its surviving non-message mutants "
+                        "(and those of functions changed since), against the scenarios as they are now")
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: judge what the work directory holds from an earlier run")
     p.add_argument("--write-untriaged", action="store_true",
@@ -122,11 +153,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = load_config(args.config)
     table = dict(config["mutmut"])
-    rules = MessageRules.from_table(config["san-mutation"], f"{args.config}: [tool.san-mutation]")
+    ours = dict(config["san-mutation"])
+    together = ours.pop("run_together", [])
+    if not isinstance(together, list) or not all(isinstance(p, str) for p in together):
+        raise SystemExit(f"mutation: {args.config}: [tool.san-mutation] run_together must be a list of strings")
+    rules = MessageRules.from_table(ours, f"{args.config}: [tool.san-mutation]")
     survivors = triage.load(args.survivors)  # malformed: fail before the long part
     started = time.monotonic()
     names: list[str] = []
-    if not args.report_only:
+    if args.again and not args.report_only:
+        prepare(args.work, table, fresh=False)
+        generate(args.work, args.max_children)  # the scenarios copied afresh, changed functions' mutants remade
+        widen(args.work, together)
+        names = [m.name for m in results.read_run(args.work / "mutants", rules)
+                 if not m.message_only and m.status in (results.SURVIVED, results.NOT_RUN)]
+        print(f"mutation: again: {len(names)} mutants")
+        if names:
+            code = mutmut(args.work, ["run", "--max-children", str(args.max_children), *names])
+            if code != 0:
+                print(f"mutation: mutmut run exited {code}", file=sys.stderr)
+                return 2
+        names = []  # judge the whole run
+    elif not args.report_only:
         sample_size = args.sample
         if args.changed:
             files = select.changed_files(ROOT, args.changed)
@@ -143,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             elif sample_size is None:
                 sample_size = args.budget
         prepare(args.work, table, fresh=True)
+        pool = generate(args.work, args.max_children)
+        widen(args.work, together)
         if sample_size is not None:
-            pool = generate(args.work, args.max_children)
             names = select.sample(pool, sample_size, args.seed)
             print(f"mutation: {len(names)} of {len(pool)} mutants (seed {args.seed})")
         code = mutmut(args.work, ["run", "--max-children", str(args.max_children), *names])

@@ -130,6 +130,30 @@ def test_the_projects_configuration_parses() -> None:
 
     pytest.importorskip("tomllib", reason="Python 3.11+ (on 3.10 the runner reads TOML with mutmut's toml)")
     config = load_config(CONFIG)
-    rules = MessageRules.from_table(config["san-mutation"])
+    ours = dict(config["san-mutation"])
+    assert ours.pop("run_together") == ["pytest_san/scenarios/test_model.py::*"]
+    rules = MessageRules.from_table(ours)
     assert "SanError 1:" in rules.message_calls
     assert config["mutmut"]["pytest_add_cli_args_test_selection"] == ["--pyargs", "pytest_san.scenarios"]
+
+
+def test_under_a_message_name_only_strings_are_messages() -> None:
+    rules = MessageRules(message_names=("problems", "hint"))
+    original = '''
+def f(d, same):
+    problems = [f"{n} is bad: {getattr(d, n)!r}" for n in NAMES if bad(d, n)]
+    problems += ["another"]
+    hint = f" (at {same[0]:#x})" if same else ""
+    if problems:
+        raise ValueError("; ".join(problems) + hint)
+'''
+    def mutated(old: str, new: str) -> bool:
+        assert old in original
+        return is_message_only(function(original), function(original.replace(old, new, 1)), rules)
+
+    assert mutated("getattr(d, n)", "getattr(None, n)")  # inside the f-string
+    assert mutated('["another"]', '["XXanotherXX"]')
+    assert mutated("if same else", "if same and False else")  # which text the hint is
+    assert not mutated('problems = [f"{n} is bad: {getattr(d, n)!r}" for n in NAMES if bad(d, n)]',
+                       "problems = None")  # tested for emptiness: whether it raises
+    assert not mutated("if bad(d, n)", "if not bad(d, n)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from mutation.select import changed_files, mutated_among, sample
 
@@ -56,3 +57,20 @@ def test_the_sample_depends_on_the_seed_and_the_mutants_not_their_order() -> Non
     assert sample(list(reversed(names)), 50, seed=1) == first
     assert sample(names, 50, seed=2) != first
     assert sample(names[:10], 50, seed=1) == sorted(names[:10])
+
+
+def test_tests_that_share_a_session_fixture_run_together() -> None:
+    from mutation.runner import run_together
+
+    model = [f"pytest_san/scenarios/test_model.py::test_m[R{i}]" for i in range(1, 4)]
+    stats: dict[str, Any] = {"duration_by_test": dict.fromkeys([*model, "pytest_san/scenarios/test_a.py::test_a"], 0.1),
+             "tests_by_mangled_function_name": {
+                 "m.f": [model[0]],  # the model's work, recorded under its first test
+                 "m.g": ["pytest_san/scenarios/test_a.py::test_a"],
+                 "m.h": ["pytest_san/scenarios/test_a.py::test_a", model[0]]}}
+    assert run_together(stats, ["pytest_san/scenarios/test_model.py::*"]) == 2
+    tests = stats["tests_by_mangled_function_name"]
+    assert tests["m.f"] == sorted(model)
+    assert tests["m.g"] == ["pytest_san/scenarios/test_a.py::test_a"]
+    assert tests["m.h"] == sorted([*model, "pytest_san/scenarios/test_a.py::test_a"])
+    assert run_together(stats, ["pytest_san/scenarios/test_model.py::*"]) == 0
