@@ -126,7 +126,7 @@ def _message_link(chain: tuple[tuple[ast.AST, str], ...], k: int, child: object,
         return _matches(node.arg, rules.message_keywords)
     if isinstance(node, ast.Assert):
         return field == "msg"
-    if isinstance(node, (ast.Assign, ast.AnnAssign)) and field == "value":
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and field == "value":
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         return all(isinstance(t, ast.Name) and _matches(t.id, rules.message_names) for t in targets)
     if isinstance(node, ast.Return):
@@ -135,12 +135,22 @@ def _message_link(chain: tuple[tuple[ast.AST, str], ...], k: int, child: object,
 
 
 def _in_message(chain: tuple[tuple[ast.AST, str], ...], place: object, function: str, rules: MessageRules) -> bool:
-    """Whether ``place`` (the node at the end of ``chain``) lies in a message."""
+    """Whether ``place`` (the node at the end of ``chain``) lies in a message. Under a message name or return
+    (which may hold a list of messages, or be tested for emptiness) only inside a string: a literal, or within
+    an f-string."""
     for k in range(len(chain)):
         child = chain[k + 1][0] if k + 1 < len(chain) else place
         if _message_link(chain, k, child, function, rules):
+            if isinstance(chain[k][0], (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)):
+                value = chain[k + 1][0] if k + 1 < len(chain) else place
+                return (_is_string(place) or any(isinstance(node, ast.JoinedStr) for node, _ in chain[k + 1:])
+                        or (isinstance(value, ast.IfExp) and _is_string(value.body) and _is_string(value.orelse)))
             return True
     return False
+
+
+def _is_string(node: object) -> bool:
+    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
 def _message_only_difference(d: Difference, function: str, rules: MessageRules) -> bool:
