@@ -236,12 +236,13 @@ def test_an_agent_runs_and_stops_for_a_dash_user(shared_sshd: SshServer) -> None
 
 
 def theirs(user: pwd.struct_passwd) -> list[str]:
-    """The running processes of ``user``."""
+    """The running processes of ``user`` that this session started (through its sshd: another session on the
+    machine may use the same user)."""
     found = []
-    for entry in Path("/proc").iterdir():
+    for pid in descendants(os.getpid()):
         try:
-            if entry.name.isdigit() and is_running(int(entry.name)) and entry.stat().st_uid == user.pw_uid:
-                found.append(f"{entry.name}: {cmdline(int(entry.name))}")
+            if is_running(pid) and Path(f"/proc/{pid}").stat().st_uid == user.pw_uid:
+                found.append(f"{pid}: {cmdline(pid)}")
         except OSError:  # gone meanwhile
             continue
     return found
