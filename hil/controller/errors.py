@@ -43,7 +43,8 @@ class BackendBroken(AgentError):
 
 
 class HostBusy(AgentError):
-    """The host is leased by another agent (another worker, run or controller); ``holder`` says whose."""
+    """The host's lease is held by another process: an agent (of another worker, run, controller or user), or
+    any process holding its name; ``holder`` is the kernel's word on it (hil/agent/lease.py ``read_holder``)."""
 
     def __init__(self, host: str, holder: Mapping[str, object], message: str) -> None:
         super().__init__(message)
