@@ -23,10 +23,16 @@ class LongerDescriptors(DelegatingProvider):
         table: dict[bytes, bytes] = self.shared.extra.setdefault("inner", {})
         return table
 
+    def _gone(self) -> set[bytes]:
+        gone: set[bytes] = self.shared.extra.setdefault("gone", set())
+        return gone
+
     def _inner(self, descriptor: Any) -> Any:
-        """The wrapped provider's descriptor for one of ours; anything else as given (it judges that)."""
+        """The wrapped provider's descriptor for one of ours (for a deregistered one, bytes it never handed out:
+        another of ours may still hold the same registration, R3); anything else as given (it judges that)."""
         if isinstance(descriptor, bytes | bytearray):
-            return self._table().get(bytes(descriptor), descriptor)
+            inner = self._table().get(bytes(descriptor), descriptor)
+            return bytes(len(inner)) if bytes(descriptor) in self._gone() else inner
         return descriptor
 
     def register_rdma_memory(self, socket: Any, buffer: Any, access: Any, descriptor_size: int | None = None) -> Any:
@@ -47,6 +53,8 @@ class LongerDescriptors(DelegatingProvider):
     def deregister_rdma_memory(self, socket: Any, descriptor: Any) -> None:
         # The entry stays: a stale descriptor is still one of ours, refused as the wrapped provider refuses its own.
         self.inner.deregister_rdma_memory(socket, self._inner(descriptor))
+        if isinstance(descriptor, bytes | bytearray) and bytes(descriptor) in self._table():
+            self._gone().add(bytes(descriptor))
 
     def rdma_write(self, socket: Any, local_buffers: Any, target_descriptor: Any, offset: int = 0) -> Any:
         return self.inner.rdma_write(socket, local_buffers, self._inner(target_descriptor), offset)
