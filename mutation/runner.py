@@ -113,12 +113,26 @@ def run_together(stats: dict[str, Any], patterns: list[str]) -> int:
     return widened
 
 
-def widen(work: Path, patterns: list[str]) -> None:
+def run_all_for(stats: dict[str, Any], patterns: list[str]) -> int:
+    """Functions that run while the session's fixtures are built (the backend's constructors) are recorded
+    under the session's first test alone, yet every test uses what they built: their mutants get every test.
+    ``patterns`` match mutmut's names for functions (``pytest_san.emulator.proxy.xǁEmulatedProxyǁ__init__``).
+    Returns how many functions gained tests."""
+    everything = sorted(stats["duration_by_test"])
+    widened = 0
+    for function, tests in stats["tests_by_mangled_function_name"].items():
+        if any(fnmatch.fnmatchcase(function, p) for p in patterns) and len(tests) < len(everything):
+            tests[:] = everything
+            widened += 1
+    return widened
+
+
+def widen(work: Path, together: list[str], everything_for: list[str]) -> None:
     path = work / "mutants" / "mutmut-stats.json"
-    if not patterns or not path.exists():
+    if not path.exists():
         return
     stats = json.loads(path.read_text(encoding="utf-8"))
-    if run_together(stats, patterns):
+    if run_together(stats, together) + run_all_for(stats, everything_for):
         path.write_text(json.dumps(stats, indent=1), encoding="utf-8")
 
 
@@ -154,9 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.config)
     table = dict(config["mutmut"])
     ours = dict(config["san-mutation"])
-    together = ours.pop("run_together", [])
-    if not isinstance(together, list) or not all(isinstance(p, str) for p in together):
-        raise SystemExit(f"mutation: {args.config}: [tool.san-mutation] run_together must be a list of strings")
+    together, everything_for = ours.pop("run_together", []), ours.pop("run_all_tests_for", [])
+    for key, value in (("run_together", together), ("run_all_tests_for", everything_for)):
+        if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+            raise SystemExit(f"mutation: {args.config}: [tool.san-mutation] {key} must be a list of strings")
     rules = MessageRules.from_table(ours, f"{args.config}: [tool.san-mutation]")
     survivors = triage.load(args.survivors)  # malformed: fail before the long part
     started = time.monotonic()
@@ -164,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.again and not args.report_only:
         prepare(args.work, table, fresh=False)
         generate(args.work, args.max_children)  # the scenarios copied afresh, changed functions' mutants remade
-        widen(args.work, together)
+        widen(args.work, together, everything_for)
         names = [m.name for m in results.read_run(args.work / "mutants", rules)
                  if not m.message_only and m.status in (results.SURVIVED, results.NOT_RUN)]
         print(f"mutation: again: {len(names)} mutants")
@@ -192,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 sample_size = args.budget
         prepare(args.work, table, fresh=True)
         pool = generate(args.work, args.max_children)
-        widen(args.work, together)
+        widen(args.work, together, everything_for)
         if sample_size is not None:
             names = select.sample(pool, sample_size, args.seed)
             print(f"mutation: {len(names)} of {len(pool)} mutants (seed {args.seed})")

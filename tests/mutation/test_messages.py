@@ -132,6 +132,7 @@ def test_the_projects_configuration_parses() -> None:
     config = load_config(CONFIG)
     ours = dict(config["san-mutation"])
     assert ours.pop("run_together") == ["pytest_san/scenarios/test_model.py::*"]
+    assert ours.pop("run_all_tests_for") == ["*ǁ__init__"]
     rules = MessageRules.from_table(ours)
     assert "SanError 1:" in rules.message_calls
     assert config["mutmut"]["pytest_add_cli_args_test_selection"] == ["--pyargs", "pytest_san.scenarios"]

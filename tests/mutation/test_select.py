@@ -74,3 +74,13 @@ def test_tests_that_share_a_session_fixture_run_together() -> None:
     assert tests["m.g"] == ["pytest_san/scenarios/test_a.py::test_a"]
     assert tests["m.h"] == sorted([*model, "pytest_san/scenarios/test_a.py::test_a"])
     assert run_together(stats, ["pytest_san/scenarios/test_model.py::*"]) == 0
+
+
+def test_the_constructors_mutants_get_every_test() -> None:
+    from mutation.runner import run_all_for
+
+    stats: dict[str, Any] = {"duration_by_test": {"t1": 0.1, "t2": 0.1, "t3": 0.1},
+                             "tests_by_mangled_function_name": {"m.xǁProxyǁ__init__": ["t1"], "m.xǁProxyǁfree": ["t2"]}}
+    assert run_all_for(stats, ["*ǁ__init__"]) == 1
+    assert stats["tests_by_mangled_function_name"] == {"m.xǁProxyǁ__init__": ["t1", "t2", "t3"],
+                                                       "m.xǁProxyǁfree": ["t2"]}
