@@ -19,7 +19,7 @@ from pytest_san import FOUR_GIB, PAGE_SIZE, CacheType, DmaAdapter, Proxy, SanErr
 from pytest_san.protocols import Allocation
 
 from .support import expect_error
-from .test_proxy import nic, overlapping
+from .test_proxy import free_all, nic, overlapping
 
 P = PAGE_SIZE
 SEEDS = (1, 2, 3)
@@ -359,4 +359,45 @@ def test_proxy_sizes_and_addresses_that_are_not_ints_are_wsaeinval(san_proxy: Pr
     finally:
         san_proxy.free_contiguous(base, P, CacheType.CACHED)
         san_proxy.put_dma_adapter(adapter)
+    assert san_proxy.live_allocations() == before
+
+
+@pytest.mark.san_rule("P2")
+@pytest.mark.parametrize("bad", [0, -P, *NOT_INTS], ids=repr)
+def test_a_refused_allocation_leaves_the_proxy_as_it_was(san_proxy: Proxy, bad: object) -> None:
+    """No size, a negative one or no int at all: refused (a SanError), and the proxy allocates as before."""
+    before = san_proxy.live_allocations()
+    with pytest.raises(SanError):
+        san_proxy.allocate(bad)  # type: ignore[arg-type]
+    assert san_proxy.live_allocations() == before
+    held = [san_proxy.allocate(nbytes) for nbytes in (1, P, 3 * P)]  # each refused call changed nothing
+    free_all(san_proxy, held)
+    assert san_proxy.live_allocations() == before
+
+
+@pytest.mark.san_rule("P5")
+@pytest.mark.san_requires("dma_adapter")
+@pytest.mark.parametrize(("field", "value"), [
+    ("version", "2"), ("version", 2.0), ("version", True), ("maximum_length", 1.5), ("maximum_length", True),
+    ("interface_type", "5"), ("master", 1), ("scatter_gather", "yes"), ("dma32", 1), ("dma64", 0),
+])
+def test_a_description_field_of_the_wrong_type_is_wsaeinval(san_proxy: Proxy, field: str, value: object) -> None:
+    """Each field of an otherwise good DEVICE_DESCRIPTION in turn of the wrong type: WSAEINVAL, no adapter."""
+    before = san_proxy.live_allocations()
+    description = nic()
+    setattr(description, field, value)
+    expect_error(WsaError.WSAEINVAL, san_proxy.get_dma_adapter, description)
+    assert san_proxy.live_allocations() == before
+
+
+@pytest.mark.san_rule("P5")
+@pytest.mark.san_requires("dma_adapter")
+def test_an_adapter_once_put_is_gone(san_proxy: Proxy) -> None:
+    """Put, an adapter is gone: putting it again and allocating from it are WSAEINVAL, and change nothing."""
+    before = san_proxy.live_allocations()
+    adapter = san_proxy.get_dma_adapter(nic())
+    san_proxy.put_dma_adapter(adapter)
+    assert san_proxy.live_allocations() == before
+    expect_error(WsaError.WSAEINVAL, san_proxy.put_dma_adapter, adapter)
+    expect_error(WsaError.WSAEINVAL, adapter.allocate_common_buffer, P, True)
     assert san_proxy.live_allocations() == before
