@@ -28,8 +28,8 @@ class Divergence:
     rules: tuple[str, ...] = ()  # the rules it breaks (rules.py): the verdict counts it under each
 
     @property
-    def signature(self) -> tuple[str, str, str]:
-        return self.side, self.problem.category, self.step_kind
+    def signature(self) -> tuple[str, str, str, tuple[str, ...]]:
+        return self.side, self.problem.category, self.step_kind, self.rules
 
     def title(self) -> str:
         where = f"seed {self.seed}, sequence {self.sequence}, {len(self.steps)} steps after shrinking"

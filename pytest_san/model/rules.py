@@ -57,7 +57,7 @@ def broken_rules(problem: Problem, steps: Sequence[Step], index: int | None, fre
     model = _before(fresh(), steps[:index] if index is not None else steps, keys or {})
     found: set[str] = set()
     if category == "key":
-        found = _key(problem.message)
+        found = _key(problem.message, step, model)
     elif category == "registrations":
         found = _registrations(problem.message, step)
     elif category == "call":
@@ -99,12 +99,21 @@ def _stand_in(step: Register, desc_size: int) -> KeyValue:
 
 # -- each category -------------------------------------------------------------------------------------
 
-def _key(message: str) -> set[str]:
+def _key(message: str, step: Step | None, model: Model) -> set[str]:
     if "deregistered" in message:  # a key handed out again after its registration went (R3)
         return {"R3"}
-    if "another live registration" in message:
-        return {"R13"}
-    return {ANSWERS}  # not a handle or descriptor at all
+    if "another live registration" not in message:
+        return {ANSWERS}  # not a handle or descriptor at all
+    if isinstance(step, Register) and step.sock in model.socks:
+        # The key of the same range registered with more access: the provider widened this one to it.
+        s = model.socks[step.sock]
+        extra = 0
+        for reg in s.regs.values():
+            if reg.kind == step.kind and reg.view == step.view and reg.access != step.access:
+                extra |= reg.access & ~step.access
+        if extra:
+            return ({"R6"} if extra & W else set()) | ({"R7"} if extra & R else set())
+    return {"R13"}
 
 
 def _registrations(message: str, step: Step | None) -> set[str]:

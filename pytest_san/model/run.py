@@ -292,10 +292,12 @@ class ModelRun:
             self.log(f"san model: could not tell which rule the divergence breaks ({exc!r}): {ANSWERS}")
             return (ANSWERS,)
 
-    @staticmethod
-    def _signature(steps: Sequence[Step], outcome: Outcome) -> tuple[str, str, str]:
+    def _signature(self, steps: Sequence[Step], outcome: Outcome) -> tuple[str, str, str, tuple[str, ...]]:
+        """What makes two divergences the same: the side, what was wrong after what kind of step, and the rules
+        it breaks (judged with the keys of the run just made: call it right after it)."""
         index, side, problem = outcome
-        return side, problem.category, step_kind(steps[index] if index is not None else None)
+        return (side, problem.category, step_kind(steps[index] if index is not None else None),
+                self._rules(steps, index, problem))
 
     def _diverged(self, k: int, steps: list[Step], seen: list[list[Seen]], outcome: Outcome,
                   until: float | None) -> None:

@@ -210,3 +210,11 @@ def test_each_rules_model_test_shows_its_divergences_in_pytest_html(pytester: py
                                                                   extra("R6"))
     assert '<p class="san-divergence">divergence 1 of ' in extra("R6") and ", breaking R6</p>" in extra("R6")
     assert 'data-verdict="passed"' in extra("R7") and "no divergence breaking R7" in extra("R7")
+
+
+def test_the_key_of_a_wider_registration_of_the_same_range_breaks_what_it_widens() -> None:
+    first = Register(1, "memory", (2, 1, 0, 40), RW, reg=1)
+    problem = Problem("key", "returned 52, already the key of another live registration")
+    assert _rules(problem, [first, Register(1, "memory", (2, 1, 0, 40), W, reg=2)]) == ("R7",)
+    assert _rules(problem, [first, Register(1, "memory", (2, 1, 0, 40), R, reg=2)]) == ("R6",)
+    assert _rules(problem, [first, Register(1, "memory", (2, 1, 1, 8), R, reg=2)]) == ("R13",)
