@@ -6,8 +6,8 @@ the backend returned, where known), and the failing step is looked at in that st
 expected to be refused breaks the rules of each of its faults when it went through: a READ handle as a sink
 (R6), a WRITE handle as a source (R7), a range outside the registration (R8), another socket's handle (R1),
 another connection's descriptor (R2), a deregistered key (R3). An answer of the wrong kind (another error
-code or status than the contract's, a legal call refused) is R14; what closing leaves is R11; the proxy's
-count R12; registrations and their reference counts and in-use marks R13; a socket's state R4.
+code or status than the contract's, a legal call refused) is R14; what closing leaves is R11 (pins too); the
+proxy's count otherwise R12; registrations and their reference counts and in-use marks R13; a socket's state R4.
 
 Every divergence breaks at least one rule (R14 when nothing else says which), and only rules the model
 checks (``MODEL_RULES``).
@@ -49,11 +49,13 @@ def broken_rules(problem: Problem, steps: Sequence[Step], index: int | None, fre
     ended); ``fresh`` makes a model as the run's was at its start, ``keys`` (register step id -> what the
     backend returned) binds its registrations as the backend did."""
     category = problem.category
+    step = steps[index] if index is not None and index < len(steps) else None
+    if category == "proxy" and (step is None or isinstance(step, Close | Reconnect)):
+        return ("R11",)  # what a close leaves pinned: closing releases everything
     fixed = {"probe": ANSWERS, "crash": ANSWERS, "differ": ANSWERS, "pending": ANSWERS, "leaks": "R11",
              "proxy": "R12", "state": "R4"}
     if category in fixed:
         return (fixed[category],)
-    step = steps[index] if index is not None and index < len(steps) else None
     model = _before(fresh(), steps[:index] if index is not None else steps, keys or {})
     found: set[str] = set()
     if category == "key":

@@ -17,7 +17,7 @@ from pytest_san.contract import Access
 from pytest_san.model.execute import Problem
 from pytest_san.model.reference import Model
 from pytest_san.model.rules import MODEL_RULES, broken_rules
-from pytest_san.model.steps import Deregister, Key, Register, Step, Transfer, plan_for
+from pytest_san.model.steps import Close, Deregister, Key, Register, Step, Transfer, plan_for
 
 R, W, RW = int(Access.READ), int(Access.WRITE), int(Access.READWRITE)
 MODEL_TESTS = "test_the_model_finds_no_divergence_breaking"
@@ -183,6 +183,11 @@ def test_a_registration_of_another_process_buffer_breaks_r1_and_r5() -> None:
     steps: list[Step] = [Register(0, "memory", (1, 0, 0, 8), R, reg=1)]  # p1's buffer on p0's socket
     assert _rules(Problem("call", "answered handle, expected WSAEFAULT"), steps) == ("R1", "R5")
     assert _rules(Problem("call", "answered WSAEINVAL, expected WSAEFAULT"), steps) == ("R14",)
+
+
+def test_pins_left_by_a_close_break_r11() -> None:
+    steps: list[Step] = [Register(0, "memory", (0, 0, 0, 8), R, reg=1), Close(0)]
+    assert _rules(Problem("proxy", "proxy of node 0: 1 live allocations, the model has 0"), steps) == ("R11",)
 
 
 @pytest.mark.parametrize(("category", "rule"), [("leaks", "R11"), ("proxy", "R12"), ("state", "R4"),
