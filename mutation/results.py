@@ -16,7 +16,7 @@ from .triage import Entry, change_summary, function_text, mutant_key
 KILLED = "killed"
 SURVIVED = "survived"
 NOT_RUN = "not run"
-_STATUS = {1: KILLED, 3: KILLED, 0: SURVIVED, 5: SURVIVED, 33: SURVIVED, 34: NOT_RUN, 35: SURVIVED,
+_STATUS = {1: KILLED, 3: KILLED, 0: SURVIVED, 2: NOT_RUN, 5: SURVIVED, 33: SURVIVED, 34: NOT_RUN, 35: SURVIVED,
            36: KILLED, -24: KILLED, 24: KILLED, 152: KILLED, 255: KILLED, 37: KILLED, -11: KILLED, -9: KILLED}
 
 

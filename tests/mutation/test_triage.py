@@ -118,4 +118,5 @@ def test_mutmut_exit_codes() -> None:
     assert results.status_of(0) == results.SURVIVED
     assert results.status_of(33) == results.SURVIVED  # no test reaches it
     assert results.status_of(None) == results.NOT_RUN
+    assert results.status_of(2) == results.NOT_RUN  # interrupted
     assert triage.STATUSES == ("equivalent", "closed", "untriaged")
