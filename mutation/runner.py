@@ -142,7 +142,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="mutate only the files changed since BASE (a git ref: origin/main, HEAD~3); none changed, or "
                         "git cannot tell: a seeded sample instead (--sample)")
     p.add_argument("--sample", metavar="N", type=int, default=None,
-                   help="run N mutants drawn with --seed (default with --changed: 300; without: all of them)")
+                   help="run N mutants drawn with --seed (default: all of them; with --changed, the sample taken "
+                        "when no mutated file changed: 300)")
     p.add_argument("--budget", metavar="N", type=int, default=500,
                    help="with --changed: at most N mutants of the changed files, drawn with --seed (default 500)")
     p.add_argument("--seed", type=int, default=1, help="the sample's seed (default 1)")
@@ -201,10 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"mutation: changed since {args.changed}: {', '.join(targets)}")
                 table["only_mutate"] = targets
-            if not targets:
-                sample_size = 300 if sample_size is None else sample_size
-            elif sample_size is None:
-                sample_size = args.budget
+            # The changed files' mutants up to --budget; none changed: --sample of them all (300 by default).
+            sample_size = args.budget if targets else (300 if args.sample is None else args.sample)
         prepare(args.work, table, fresh=True)
         pool = generate(args.work, args.max_children)
         widen(args.work, together, everything_for)
