@@ -131,19 +131,21 @@ def _registrations(message: str, step: Step | None) -> set[str]:
         real = want = []
     if not found:
         return {"R11"} if closing else {"R13"}
-    real_at = {tuple(r[:3]): r for r in real}
-    want_at = {tuple(r[:3]): r for r in want}
-    rules: set[str] = set()
-    for where in real_at.keys() & want_at.keys():
-        (*_, access, refs), (*_, want_access, want_refs) = real_at[where], want_at[where]
-        extra = int(access) & ~int(want_access)
-        rules |= {"R6"} if extra & W else set()  # memory registered without WRITE is writable
-        rules |= {"R7"} if extra & R else set()  # ... without READ is readable
-        if refs != want_refs or (int(want_access) & ~int(access)):
-            rules.add("R13")
-    left, missing = real_at.keys() - want_at.keys(), want_at.keys() - real_at.keys()
-    rest = sorted((real_at[k][0], *real_at[k][3:]) for k in left)
-    if left and rest == sorted((want_at[k][0], *want_at[k][3:]) for k in missing):
+    real_refs = {tuple(r[:4]): r[4] for r in real}  # (kind, address, length, access) -> references
+    want_refs = {tuple(r[:4]): r[4] for r in want}
+    rules = {"R13"} if any(real_refs[k] != want_refs[k] for k in real_refs.keys() & want_refs.keys()) else set()
+    left = sorted(real_refs.keys() - want_refs.keys())
+    missing = sorted(want_refs.keys() - real_refs.keys())
+    for entry in list(left):  # the same range with other access: more than asked (R6, R7), or less (R13)
+        twin = next((m for m in missing if m[:3] == entry[:3]), None)
+        if twin is None:
+            continue
+        left.remove(entry)
+        missing.remove(twin)
+        extra, less = int(entry[3]) & ~int(twin[3]), int(twin[3]) & ~int(entry[3])
+        rules |= ({"R6"} if extra & W else set()) | ({"R7"} if extra & R else set()) | ({"R13"} if less else set())
+    if left and sorted((k[0], k[3], real_refs[k]) for k in left) == sorted((k[0], k[3], want_refs[k])
+                                                                           for k in missing):
         rules.add("R8")  # the same registrations, at another address or of another length
     elif left and isinstance(step, Transfer):
         rules.add("R1")  # a transfer registers nothing: the socket lists memory it never registered

@@ -177,6 +177,13 @@ def test_registrations_with_more_access_than_asked_break_r6_or_r7() -> None:
     assert _rules(Problem("registrations", message.format(RW, W)), steps) == ("R7",)
     assert _rules(Problem("registrations", message.format(RW, R)), steps) == ("R6",)
     assert _rules(Problem("registrations", message.format(W, W).replace("1)], the", "2)], the")), steps) == ("R13",)
+    # two registrations of one range (WRITE, then READ), the READ one writable: R6 alone, not R7 for the other
+    two = ("registrations of s0: the provider has [('rdma', 4096, 64, 2, 1), ('rdma', 4096, 64, 3, 1)], "
+           "the model [('rdma', 4096, 64, 1, 1), ('rdma', 4096, 64, 2, 1)]")
+    assert _rules(Problem("registrations", two), steps) == ("R6",)
+    gone = ("registrations of s0: the provider has [('rdma', 4096, 64, 1, 1)], "
+            "the model [('rdma', 4096, 64, 1, 1), ('rdma', 4096, 64, 2, 1)]")
+    assert _rules(Problem("registrations", gone), steps) == ("R13",)  # released too early
 
 
 def test_a_registration_of_another_process_buffer_breaks_r1_and_r5() -> None:
