@@ -176,8 +176,8 @@ def _call(message: str, step: Step | None, model: Model) -> set[str]:
             return {"R4"} if went_through else {ANSWERS}
         if not went_through and "expected WSA" in message:  # refused, with another code
             return {ANSWERS}
-        if went_through and s is not None:
-            rules |= _foreign(s, "memory" if step.kind == "memory" else "rdma", model.value(step.key), model)
+        if went_through and s is not None:  # another socket's handle (R1), or a deregistered key (R3)
+            rules |= _foreign(s, "memory" if step.kind == "memory" else "rdma", model.value(step.key), model) - {"R2"}
         return rules
     if isinstance(step, Transfer) and went_through:
         faults = _transfer_call_faults(step, model)
