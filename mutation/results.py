@@ -79,6 +79,7 @@ class FileCounts:
     killed: int = 0
     survived: int = 0  # non-message survivors, the equivalent ones included
     equivalent: int = 0
+    open: int = 0  # known survivors a scenario could kill (survivors.md says what it would take)
     closed_survivors: int = 0  # triaged closed, yet alive: a scenario lost its grip
     untriaged: int = 0
     not_run: int = 0
@@ -129,6 +130,8 @@ def judge(mutants: Iterable[Mutant], triage: Mapping[tuple[str, str, str], Entry
             entry = triage.get(m.triage_key)
             if entry is not None and entry.status == "equivalent":
                 counts.equivalent += 1
+            elif entry is not None and entry.status == "open":
+                counts.open += 1
             elif entry is not None and entry.status == "closed":
                 counts.closed_survivors += 1
                 verdict.reopened.append((m, entry))
@@ -136,7 +139,7 @@ def judge(mutants: Iterable[Mutant], triage: Mapping[tuple[str, str, str], Entry
                 counts.untriaged += 1
                 verdict.untriaged.append(m)
     verdict.stale = [e for k, e in triage.items()
-                     if e.status == "equivalent" and e.path in seen_paths and k not in alive]
+                     if e.status in ("equivalent", "open") and e.path in seen_paths and k not in alive]
     return verdict
 
 
@@ -146,11 +149,12 @@ def percent(part: int, whole: int) -> str:
 
 def table(verdict: Verdict) -> list[str]:
     """The numbers per file, as a markdown table."""
-    lines = ["| file | mutants | message-only | counted | killed | survived | equivalent | untriaged |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| file | mutants | message-only | counted | killed | survived | equivalent | open | untriaged |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     rows = sorted(verdict.by_file.items())
     for path, c in [*rows, ("all", verdict.total())]:
+        bad = c.untriaged + c.closed_survivors
         lines.append(f"| {path if path == 'all' else '`' + path + '`'} | {c.mutants} | {c.message_only} | "
                      f"{c.counted} | {c.killed} | {c.survived} ({percent(c.survived, c.counted)}) | {c.equivalent} | "
-                     f"{c.untriaged + c.closed_survivors} ({percent(c.untriaged + c.closed_survivors, c.counted)}) |")
+                     f"{c.open} | {bad} ({percent(bad, c.counted)}) |")
     return lines

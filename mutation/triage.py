@@ -11,9 +11,10 @@ One entry per mutant, under a heading naming its file::
 
 The key is the function and a hash of the lines the mutation changes (``mutant_key``), not mutmut's number
 for it: a number moves when the function gains a mutant, the lines do not. The indented line under an entry is
-the change, for the reader; the parser ignores it. Statuses: *equivalent* (the entry says why), *closed* (it
-names the scenario or model check that kills it now), *untriaged* (written by ``--write-untriaged``; the gate
-fails on it).
+the change, for the reader; the parser ignores it. Statuses: *equivalent* (the entry says why), *open* (a
+survivor a scenario could kill: the entry says what it would take; known, so the gate passes it, but it counts
+as a survivor), *closed* (it names the scenario or model check that kills it now), *untriaged* (written by
+``--write-untriaged``; the gate fails on it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-STATUSES = ("equivalent", "closed", "untriaged")
+STATUSES = ("equivalent", "open", "closed", "untriaged")
 
 _HEADING = re.compile(r"^## (?P<path>\S+\.py)\s*$")
 _ENTRY = re.compile(r"^- `(?P<function>[^`]+)` `(?P<hash>[0-9a-f]{8})` \*\*(?P<status>[a-z]+)\*\*(?P<text>.*)$")
@@ -108,8 +109,8 @@ def parse(text: str, source: str = "mutation/survivors.md") -> dict[tuple[str, s
         status, rest = m["status"], m["text"].strip()
         if status not in STATUSES:
             raise TriageError(f"{where}: unknown status {status!r} (one of {', '.join(STATUSES)})")
-        if status == "equivalent" and not rest.lstrip(":").strip():
-            raise TriageError(f"{where}: an equivalent mutant needs its why after the status")
+        if status in ("equivalent", "open") and not rest.lstrip(":").strip():
+            raise TriageError(f"{where}: an {status} mutant needs its why after the status")
         if status == "closed" and "`" not in rest:
             raise TriageError(f"{where}: a closed mutant names the scenario or model check that kills it, in `...`")
         entry = Entry(path, m["function"], m["hash"], status, rest.lstrip(":").strip())

@@ -23,6 +23,7 @@ Some prose, with a list:
 ## pytest_san/checks.py
 
 - `burst` `aaaaaaaa` **untriaged**
+- `burst` `bbbbbbbb` **open**: a burst of depth 2 with a bad second entry would kill it.
 """
 
 
@@ -30,7 +31,8 @@ def test_entries_are_read_by_file_function_and_hash() -> None:
     entries = parse(SURVIVORS)
     assert set(entries) == {("pytest_san/emulator/proxy.py", "EmulatedProxy.allocate_pages", "3f2a9c1e"),
                             ("pytest_san/emulator/proxy.py", "EmulatedProxy.free", "0b12cd34"),
-                            ("pytest_san/checks.py", "burst", "aaaaaaaa")}
+                            ("pytest_san/checks.py", "burst", "aaaaaaaa"),
+                            ("pytest_san/checks.py", "burst", "bbbbbbbb")}
     equivalent = entries[("pytest_san/emulator/proxy.py", "EmulatedProxy.allocate_pages", "3f2a9c1e")]
     assert equivalent.status == "equivalent"
     assert equivalent.text == "the page count is rounded up either way."
@@ -39,6 +41,7 @@ def test_entries_are_read_by_file_function_and_hash() -> None:
 @pytest.mark.parametrize(("bad", "message"), [
     ("- `f` `12345678` **killed**: x", "unknown status 'killed'"),
     ("- `f` `12345678` **equivalent**", "needs its why"),
+    ("- `f` `12345678` **open**", "needs its why"),
     ("- `f` `12345678` **closed** by a scenario", "names the scenario or model check"),
     ("- `f` `1234` **equivalent**: short hash", "not an entry"),
 ])
@@ -50,7 +53,7 @@ def test_a_malformed_entry_is_an_error_naming_its_line(bad: str, message: str) -
 
 
 def test_an_entry_given_twice_is_an_error() -> None:
-    with pytest.raises(TriageError, match=r"survivors.md:16: burst aaaaaaaa is triaged twice"):
+    with pytest.raises(TriageError, match=r"survivors.md:17: burst aaaaaaaa is triaged twice"):
         parse(SURVIVORS + "- `burst` `aaaaaaaa` **equivalent**: again\n", "survivors.md")
 
 
@@ -104,6 +107,8 @@ def test_the_gate_passes_triaged_survivors_and_fails_the_others() -> None:
     untriaged_entry = results.judge([mutant("burst", "aaaaaaaa", results.SURVIVED, path="pytest_san/checks.py")],
                                     entries)
     assert untriaged_entry.failed  # an *untriaged* entry does not pass the gate
+    known = results.judge([mutant("burst", "bbbbbbbb", results.SURVIVED, path="pytest_san/checks.py")], entries)
+    assert not known.failed and known.by_file["pytest_san/checks.py"].open == 1  # known, and counted
 
 
 def test_an_equivalent_entry_no_survivor_matches_is_stale() -> None:
@@ -119,4 +124,4 @@ def test_mutmut_exit_codes() -> None:
     assert results.status_of(33) == results.SURVIVED  # no test reaches it
     assert results.status_of(None) == results.NOT_RUN
     assert results.status_of(2) == results.NOT_RUN  # interrupted
-    assert triage.STATUSES == ("equivalent", "closed", "untriaged")
+    assert triage.STATUSES == ("equivalent", "open", "closed", "untriaged")
