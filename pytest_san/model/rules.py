@@ -65,7 +65,7 @@ def broken_rules(problem: Problem, steps: Sequence[Step], index: int | None, fre
     elif category == "call":
         found = _call(problem.message, step, model)
     elif category == "completion":
-        found = _completion(problem.message, step, model)
+        found = _completion(problem.message, step, steps, lambda j: _before(fresh(), steps[:j], keys or {}))
     elif category == "bytes":
         found = _faults(step, model) if isinstance(step, Transfer) else set()
         found = found or {"R8"}
@@ -168,7 +168,8 @@ def _call(message: str, step: Step | None, model: Model) -> set[str]:
         faults = _register_faults(step, model)
         if went_through:
             return set().union(*(_CALL_FAULTS.get(f, (ANSWERS,)) for f in faults)) if faults else {ANSWERS}
-        return {"R13"} if not faults and model.socks[step.sock].same(step.kind, step.view, step.access) else {ANSWERS}
+        s = model.socks.get(step.sock)
+        return {"R13"} if not faults and s is not None and s.same(step.kind, step.view, step.access) else {ANSWERS}
     if isinstance(step, Deregister):  # unknown, another socket's, stale or in use: reference counts and marks
         rules = {"R13"}
         s = model.socks.get(step.sock)
@@ -185,17 +186,19 @@ def _call(message: str, step: Step | None, model: Model) -> set[str]:
     return {ANSWERS}
 
 
-def _completion(message: str, step: Step | None, model: Model) -> set[str]:
-    """An operation completed otherwise than expected: its own step's transfer went through where one of its
-    faults must refuse it (their rules); closing's flushes (R11, and R4 for the peer's); else R14."""
+def _completion(message: str, step: Step | None, steps: Sequence[Step], before: Callable[[int], Model]) -> set[str]:
+    """An operation completed otherwise than expected: the transfer that posted it went through where one of its
+    faults must refuse it (their rules, judged in the model as it was before that step: ``before(j)``);
+    closing's flushes (R11, and R4 for the peer's); else R14."""
     found = re.search(r"op#(\d+)[^:]*: (\S+)[^,]*, expected (.*)$", message)
     if found is None:
         return {ANSWERS}
     op, status, expected = int(found.group(1)), found.group(2), set(re.findall(r"[A-Z_]{3,}", found.group(3)))
-    own = isinstance(step, Transfer) and step.op == op
-    if own and status in ("SUCCESS", "still") and "SUCCESS" not in expected:  # done or pending: not refused
-        assert isinstance(step, Transfer)
-        return _faults(step, model) or {ANSWERS}
+    posted = next((j for j, s in enumerate(steps) if isinstance(s, Transfer) and s.op == op), None)
+    if posted is not None and status in ("SUCCESS", "still") and "SUCCESS" not in expected:  # done or pending
+        transfer = steps[posted]
+        assert isinstance(transfer, Transfer)
+        return _faults(transfer, before(posted)) or {ANSWERS}
     if step is None or isinstance(step, Close | Reconnect):
         if "ABORTED" in expected and "CONNECTION_RESET" not in expected:
             return {"R11"}  # pending operations of a closed socket complete ABORTED
