@@ -1,10 +1,13 @@
 """The documented alternatives: where a backend may answer otherwise than the emulator, and why.
 
 The reference model answers as the emulator does, except for exactly these cases on a backend with
-the capability named: there it expects what ``accepted`` says instead (the model's code checks
-``Alternative.id`` in its active set; nothing else differs). Every other difference between a backend
-and the model is a bug in one of them. The table of alternatives in the docs (``docs/model.md``) is
-``markdown_table()`` (tests/pytest_san/test_model_alternatives.py keeps them in step).
+the capability named (or on every backend, where none is named): there it expects what ``accepted`` says
+instead (the model's code checks ``Alternative.id`` in its active set; nothing else differs). Where
+``accepted`` names a refusal at the call *or* the emulator's answer, either is accepted, call by call: a
+call refused so changes nothing (CONTRACT.md section 6), and the model goes on from before it. Every
+other difference between a backend and the model is a bug in one of them. The table of alternatives in
+the docs (``docs/model.md``) is ``markdown_table()`` (tests/pytest_san/test_model_alternatives.py keeps
+them in step).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Iterable
 @dataclasses.dataclass(frozen=True)
 class Alternative:
     id: str
-    capability: str  # the backend capability that selects it
+    capability: str | None  # the backend capability that selects it (None: every backend)
     case: str
     emulator: str  # what the emulator answers
     accepted: str  # what the model accepts (expects) instead
@@ -24,12 +27,14 @@ class Alternative:
     unless: str | None = None  # a capability that deselects it (a backend with both answers as the emulator)
 
     def applies(self, capabilities: frozenset[str]) -> bool:
-        return self.capability in capabilities and (self.unless is None or self.unless not in capabilities)
+        selected = self.capability is None or self.capability in capabilities
+        return selected and (self.unless is None or self.unless not in capabilities)
 
     @property
     def backend(self) -> str:
         """Which backends take it, as the docs' table says."""
-        return f"`{self.capability}`" + (f" without `{self.unless}`" if self.unless else "")
+        which = "any" if self.capability is None else f"`{self.capability}`"
+        return which + (f" without `{self.unless}`" if self.unless else "")
 
 
 RC_QUEUE_ORDER = "rc-queue-order"
@@ -41,6 +46,7 @@ RNR_BOUNDED = "send-wait-bounded"
 READ_ONE_BUFFER = "rdma-read-one-buffer"
 ERROR_ENDS_CONNECTION = "error-ends-connection"
 STATED_FIRST = "descriptor-checked-first"
+REFUSED_AT_CALL = "refused-at-the-call"
 
 ALTERNATIVES: tuple[Alternative, ...] = (
     Alternative(RC_QUEUE_ORDER, "verbs",
@@ -84,12 +90,13 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "any access), else ACCESS_VIOLATION breaking only the local end",
                 "the IB spec lets a NIC skip the rkey check of a zero-length transfer and rxe never completes "
                 "a zero-length RDMA READ: the verbs provider completes it itself"),
-    Alternative(READ_ONE_BUFFER, "verbs",
+    Alternative(READ_ONE_BUFFER, None,
                 "an rdma_read whose scatter list has more than one non-empty entry (at most the contract's 4)",
                 "reads into them all",
-                "WSAEINVAL at the call (too many buffers), nothing posted",
-                "the device scatters an RDMA read into one buffer (max_sge_rd 1: siw); a host whose device "
-                "reads into at least 4 declares rdma_read_scatter", unless="rdma_read_scatter"),
+                "WSAEINVAL at the call (too many buffers), nothing posted; or, as the emulator, the read into them all "
+                "(of a provider that declares reference_order: WSAEINVAL, its device check's answer)",
+                "how many entries the device scatters an RDMA read into is its own (max_sge_rd 1: siw); a provider "
+                "whose device reads into at least 4 declares rdma_read_scatter", unless="rdma_read_scatter"),
     Alternative(ERROR_ENDS_CONNECTION, "iwarp",
                 "an error on either end of a connection: a transfer refused for its local buffers or by the "
                 "responder (another connection's, a deregistered or too small window, the wrong access), a "
@@ -110,6 +117,17 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "ACCESS_VIOLATION: refused before it is posted, and the connection ends (error-ends-connection)",
                 "siw checks a write's bounds segment by segment and serves a read from an MR without REMOTE_READ, "
                 "so the verbs provider checks the range and access an iWARP descriptor states before posting"),
+    Alternative(REFUSED_AT_CALL, None,
+                "a transfer with a scatter list entry its provider refuses (a handle unknown on the socket, "
+                "another socket's or deregistered; a range outside the handle's registration; a handle without "
+                "the access the use needs)",
+                "an error completion (LOCAL_PROTECTION, or what unknown-lkey-status allows), and the connection "
+                "goes to error",
+                "WSAEFAULT or WSAEINVAL at the call, changing nothing (no byte, state, in-use mark); or, as the "
+                "emulator, the error completion",
+                "CONTRACT.md section 2: rejected is a SanError at the call or an error completion, no byte moving "
+                "either way; a provider that keeps its own table of what each handle allows may check it before "
+                "it posts (section 6: bad buffers are WSAEFAULT or WSAEINVAL at the call)"),
 )
 
 BY_ID = {alt.id: alt for alt in ALTERNATIVES}

@@ -350,12 +350,16 @@ class Side:
         for (a round: op id -> the wait's outcome), the others waited for now."""
         exp = seen.expect
         seen.call = _outcome(step, result)
+        assert self.model is not None
+        allowed = frozenset().union(*exp.instead.values())
+        self.model.answered(exp, result)  # a refusal the step allowed instead: the model goes back, exp expects it
         if exp.raises:
             if not (isinstance(result, SanError) and result.code.name in exp.raises):
                 seen.problem("call", f"answered {seen.call}, expected {' or '.join(sorted(exp.raises))}")
         elif isinstance(result, BaseException):
             category = "call" if isinstance(result, SanError | TypeError | ValueError) else "crash"
-            seen.problem(category, f"answered {seen.call}, expected {_RETURNS[exp.returns]}")
+            instead = f" (or {' or '.join(sorted(allowed))} at the call)" if allowed else ""
+            seen.problem(category, f"answered {seen.call}, expected {_RETURNS[exp.returns]}{instead}")
         elif isinstance(step, Register):
             self._key(step, seen, result)
         elif isinstance(step, Transfer):

@@ -53,7 +53,10 @@ class Model(TransferModel):
     # -- a step --------------------------------------------------------------------------------
 
     def apply(self, step: Step) -> Expect:
+        """What ``step`` must answer; the model moves on as if it did (the call's answer, given to ``answered``,
+        may move it back: a refusal at the call the step allowed instead)."""
         self.exp = Expect()
+        self._undo = None
         if isinstance(step, Register):
             self._register(step)
         elif isinstance(step, Deregister):
@@ -209,6 +212,7 @@ class Model(TransferModel):
         """The send waiting at the head of ``sock``'s queue ended CONNECTION_RESET on its own (rxe's
         retransmission timer ran out during RNR retries): only this end goes to error."""
         self.exp = Expect()
+        self._undo = None  # the step before can no longer be undone: its refusal at the call is a divergence
         s = self.socks[sock]
         self.exp.alternatives.add(alt.RNR_BOUNDED)
         self._complete(s.sq.pop(0), {Status.CONNECTION_RESET})

@@ -21,9 +21,10 @@ order across hosts does not matter (a host is a *domain*: one node of the plan).
 
 Its checks and waits in its own domain follow its call; those in other domains run at the start of the next
 round there (the step is judged once they are answered). A step whose expectation depends on an answer ends
-the round before it: a reconnect (its connect needs the peer's listening address) runs alone, and so does
-every step while a send that may give up waiting on its own (``send-wait-bounded``) has waited half the time
-the model allows before asking (``GIVE_UP_AFTER``).
+the round before it: a reconnect (its connect needs the peer's listening address) runs alone, and so does a step
+whose call may refuse instead of what the model expects (``Expect.instead``: what the model and the next steps
+expect depends on which) and every step while a send that may give up waiting on its own
+(``send-wait-bounded``) has waited half the time the model allows before asking (``GIVE_UP_AFTER``).
 """
 
 from __future__ import annotations
@@ -217,6 +218,11 @@ class Round:
                 planned.asked[item.key] = outcome
 
 
+def _may_be_refused(step: Step, spec: Model) -> bool:
+    """Whether ``step``'s call may refuse it instead of what the model expects (``Expect.instead``)."""
+    return isinstance(step, Transfer) and bool(copy.deepcopy(spec).apply(step).instead)
+
+
 def _keys(step: Step) -> list[Key]:
     if isinstance(step, Transfer):
         return [key for _, key in step.entries] + ([step.desc] if step.desc is not None else [])
@@ -297,7 +303,8 @@ class Rounds:
             if pending is None:
                 pending = next_step(spec)
             self._note(pending, spec)
-            if pending is not None and (isinstance(pending, Reconnect) or self._alone(spec)):
+            if pending is not None and (isinstance(pending, Reconnect) or self._alone(spec)
+                                        or _may_be_refused(pending, spec)):
                 yield from self._judge_all(waiting, carried)  # everything before it first
                 waiting, carried = [], []
                 step, pending = pending, None
@@ -337,7 +344,7 @@ class Rounds:
         assert model is not None
         spec = copy.deepcopy(model)
         for planned in waiting:
-            spec.apply(planned.step)
+            spec.answered(spec.apply(planned.step), planned.result)
             returned = planned.result
             if (isinstance(planned.step, Register) and planned.call is not None and not planned.exp.raises
                     and not not_a_key(planned.step.kind, returned, spec.desc_size)):

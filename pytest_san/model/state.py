@@ -120,6 +120,8 @@ class Expect:
     says what). ``done``: the operations that complete in this step, each with the statuses accepted and
     its byte count. ``same``: the live registration of the same range a register call adds a reference to --
     unless it answers with a key of its own, which R13 allows (``Model.bind`` then makes it a registration).
+    ``instead``: a documented alternative's id -> the error codes the call may raise instead of returning as
+    expected (a refusal at the call, which changes nothing: ``Model.answered`` then undoes the step).
     """
 
     skip: str = ""
@@ -129,6 +131,7 @@ class Expect:
     same: MReg | None = None
     fresh: MReg | None = None  # a new registration: its key is bound to it
     alternatives: set[str] = dataclasses.field(default_factory=set)
+    instead: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     touched: Touched = dataclasses.field(default_factory=Touched)
 
     def summary(self) -> tuple[object, ...]:

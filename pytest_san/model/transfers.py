@@ -9,14 +9,18 @@ as an RC QP re-reads it on RNR retry. Where a backend takes a documented alterna
 
 from __future__ import annotations
 
+import copy
+
 from .. import checks
-from ..contract import MAX_SGE, Access, Status
+from ..contract import MAX_SGE, Access, SanError, Status
 from . import alternatives as alt
 from .state import Expect, KeyValue, MOp, MReg, MSock
 from .steps import Transfer, View
 
 R, W = int(Access.READ), int(Access.WRITE)
 S = Status
+BAD_ENTRY_CODES = frozenset({"WSAEFAULT", "WSAEINVAL"})
+"""What a provider may raise at the call for a scatter entry it refuses (CONTRACT.md section 6)."""
 
 
 class TransferModel:
@@ -35,6 +39,40 @@ class TransferModel:
         self.regs: dict[int, MReg] = {}  # register step id -> the registration it made (or referenced)
         self.ops: dict[int, MOp] = {}  # pending operations by step op id
         self.exp = Expect()
+        # The model as it was before the step's call moved it on, while the call may still turn out to have
+        # been refused instead (Expect.instead), and the alternatives the step expected by then.
+        self._undo: tuple[TransferModel, set[str]] | None = None
+
+    # -- a refusal at the call instead -----------------------------------------------------------
+
+    def _may_refuse(self, why: str, codes: frozenset[str]) -> None:
+        """The call may raise one of ``codes`` (the documented alternative ``why``) instead of what the step
+        goes on to expect; then it changes nothing. Call before the step changes anything but ``self.exp``."""
+        ex = self.exp
+        if self._undo is None:
+            self.exp = Expect()  # not part of the state to go back to: the step's expectation stays
+            self._undo = (copy.deepcopy(self), set(ex.alternatives))
+            self.exp = ex
+        ex.instead[why] = ex.instead.get(why, frozenset()) | codes
+
+    def answered(self, ex: Expect, result: object) -> bool:
+        """The call of the step last applied (its expectation ``ex``) answered ``result`` (what it returned or
+        raised). A refusal the step allowed instead (``Expect.instead``) moves the model back to before the
+        call, and the expectation becomes that refusal: True then."""
+        undo = self._undo
+        self._undo = None
+        if undo is None or ex is not self.exp or not isinstance(result, SanError):
+            return False
+        code = result.code.name
+        why = {alt_id for alt_id, codes in ex.instead.items() if code in codes}
+        if not why:
+            return False
+        before, alternatives = undo
+        vars(self).update(vars(before))  # in place: the generator and the side hold this model
+        self.exp = ex
+        ex.raises, ex.returns, ex.done = frozenset({code}), "none", {}
+        ex.alternatives = alternatives | why
+        return True
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -176,9 +214,13 @@ class TransferModel:
             faults.append("entry.owner")
         if step.kind == "rdma_read" and s.node in self.no_read:  # optional (section 2): refused, whatever else
             faults.append("read")
-        if not faults and step.kind == "rdma_read" and self._on(alt.READ_ONE_BUFFER) and sum(
-                1 for v in views if v[3]) > 1:
-            ex.alternatives.add(alt.READ_ONE_BUFFER)
+        # A read into several buffers where the device may take one (rdma-read-one-buffer): one more fault where
+        # the call has others (a provider outside the reference order may answer any of them), the answer of a
+        # provider that follows the reference order, else a refusal the call may make instead (below).
+        many = step.kind == "rdma_read" and self._on(alt.READ_ONE_BUFFER) and sum(1 for v in views if v[3]) > 1
+        if many and "read" not in faults and (self.reference_order or set(faults) - {"list.count"}):
+            if not faults:
+                ex.alternatives.add(alt.READ_ONE_BUFFER)
             faults.append("device")
         if faults == ["list.count"] and not self.reference_order:
             # How many entries a provider takes is its own (section 4): only the reference order fixes MAX_SGE.
@@ -197,6 +239,10 @@ class TransferModel:
         op = MOp(step.op, step.kind, s, views, [], desc=desc, offset=step.offset)
         write_like = step.kind in ("rdma_write", "send")
         verdict, regs = self._local(s, pairs, R if write_like else W)
+        if many:
+            self._may_refuse(alt.READ_ONE_BUFFER, frozenset({"WSAEINVAL"}))  # its device reads into one buffer
+        if verdict != "ok" and self._on(alt.REFUSED_AT_CALL):
+            self._may_refuse(alt.REFUSED_AT_CALL, BAD_ENTRY_CODES)  # its provider checks the entries itself
         if rdma and not pairs and self._on(alt.ZERO_RDMA):
             self._zero_rdma(op)
         elif verdict == "refused":  # R1, R3, R6, R7, R8 on the local side
