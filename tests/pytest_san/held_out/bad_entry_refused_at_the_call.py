@@ -21,8 +21,10 @@ class BadEntryRefusedAtTheCall(DelegatingProvider):
             reg = self.shared.registered.get((id(socket), handle))
             if reg is None or reg.kind != "memory" or getattr(buffer, "process", None) is not reg.buffer.process:
                 continue  # not ours to judge here: the wrapped provider answers
-            length = getattr(buffer, "length", None)
-            if type(length) is int and length == 0:
+            length, address = getattr(buffer, "length", None), getattr(buffer, "address", None)
+            if type(length) is not int or type(address) is not int or length < 0:
+                continue  # numbers that are not ints, a negative length: WSAEINVAL, the wrapped provider's answer
+            if length == 0:
                 continue  # a zero-length entry moves nothing, wherever it points
             if not reg.access & need or not inside(buffer, reg):
                 raise SanError(WsaError.WSAEFAULT, f"local_buffers[{i}] is not {need.name} memory of its handle")

@@ -44,9 +44,13 @@ class ShorterDescriptors(DelegatingProvider):
         return ours
 
     def deregister_rdma_memory(self, socket: Any, descriptor: Any) -> None:
-        # The entry stays: a stale token is still one of ours, refused as the wrapped provider refuses its own.
-        self.inner.deregister_rdma_memory(socket, self._inner(descriptor))
+        inner = self._inner(descriptor)
+        self.inner.deregister_rdma_memory(socket, inner)
         if isinstance(descriptor, bytes | bytearray):
+            # The entry stays, a stale token is still one of ours: it now names nothing the wrapped provider
+            # registered (its descriptor may live on, for another token of the same range), so the wrapped
+            # provider refuses it as it refuses a window of its own that is gone.
+            self._table()[bytes(descriptor)] = bytes(len(inner))
             self.shared.forget(socket, bytes(descriptor))
 
     def rdma_write(self, socket: Any, local_buffers: Any, target_descriptor: Any, offset: int = 0) -> Any:
