@@ -8,15 +8,20 @@ import pytest
 
 from pytest_san import Access, Backend, Status
 
-from .support import RDMA_KINDS, TIMEOUT, RawEnd, guarded, window
+from .support import NEEDS_READ, TIMEOUT, RawEnd, guarded, window
 
 DATA = bytes(range(48))
+SCATTER = pytest.mark.san_requires("rdma_read_scatter")
+SHAPES = [pytest.param("rdma_write", 1, id="1-rdma_write"),
+          pytest.param("rdma_read", 1, id="1-rdma_read", marks=NEEDS_READ),
+          pytest.param("rdma_write", 3, id="3-rdma_write"),
+          pytest.param("rdma_read", 3, id="3-rdma_read", marks=[NEEDS_READ, SCATTER])]
+"""(kind, local entries): an RDMA read into several buffers needs ``rdma_read_scatter``."""
 
 
 @pytest.mark.san_rule("R4")
 @pytest.mark.san_requires("faults")
-@pytest.mark.parametrize("kind", RDMA_KINDS)
-@pytest.mark.parametrize("entries", [1, 3])
+@pytest.mark.parametrize(("kind", "entries"), SHAPES)
 @pytest.mark.parametrize("link_drops", [False, True], ids=["link-up", "link-dropped"])
 def test_held_rdma_completes_as_the_connection_is_when_released(san_backend: Backend,
                                                                 raw_pair: tuple[RawEnd, RawEnd], kind: str,
