@@ -149,12 +149,13 @@ def percent(part: int, whole: int) -> str:
 
 def table(verdict: Verdict) -> list[str]:
     """The numbers per file, as a markdown table."""
-    lines = ["| file | mutants | message-only | counted | killed | survived | equivalent | open | untriaged |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| file | mutants | not run | message-only | counted | killed | survived | equivalent | open "
+             "| untriaged |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     rows = sorted(verdict.by_file.items())
     for path, c in [*rows, ("all", verdict.total())]:
         bad = c.untriaged + c.closed_survivors
-        lines.append(f"| {path if path == 'all' else '`' + path + '`'} | {c.mutants} | {c.message_only} | "
-                     f"{c.counted} | {c.killed} | {c.survived} ({percent(c.survived, c.counted)}) | {c.equivalent} | "
+        name = path if path == "all" else f"`{path}`"
+        lines.append(f"| {name} | {c.mutants} | {c.not_run} | {c.message_only} | {c.counted} |"
+                     f" {c.killed} | {c.survived} ({percent(c.survived, c.counted)}) | {c.equivalent} | "
                      f"{c.open} | {bad} ({percent(bad, c.counted)}) |")
     return lines
