@@ -4,8 +4,9 @@ Each module of ``tests/pytest_san/held_out`` wraps the emulator's provider the w
 (``pytest_san_make_provider``). A bug is run with the conformance scenarios that should catch it, in a subprocess
 as an author runs the suite (``-p MODULE --san-report``), and must fail a rule its ``BREAKS`` names, in the
 scenario named here; the suite without the bug passes those scenarios (``test_correct_provider_passes_every_rule``),
-so the failure is the bug's. A legal variant (no ``BREAKS``) runs the whole suite and must fail no rule. The
-reference model's verdict on them is the model's tests' business: its run is turned off here.
+so the failure is the bug's (the model's run is turned off there: the scenario must catch it). A legal variant
+(no ``BREAKS``) runs the whole suite, the reference model included (``test_model.py`` at the suite's budget), and
+must fail no rule: neither a scenario nor the model may fail what the contract allows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import pkgutil
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,17 +44,18 @@ LEGAL = ["bad_entry_refused_at_the_call", "single_entry_rdma_read", "shorter_des
 FAILED = re.compile(r"^FAILED (\S+)", re.MULTILINE)
 
 
-def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin: str,
-         target: str) -> tuple[dict[str, dict[str, int]], list[str], dict[str, int]]:
-    """(the report's rules, the failed tests, the outcomes) of ``target`` run with ``plugin``."""
+def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin: str, target: str, *,
+         model: bool = False) -> tuple[dict[str, Any], list[str], dict[str, int]]:
+    """(the report, the failed tests, the outcomes) of ``target`` run with ``plugin``, the model's run on where
+    ``model`` says (at the suite's budget and seed) and off otherwise."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess("--pyargs", target, "-p", "no:cacheprovider", "-p", plugin,
-                                           "--san-model-sequences", "0", "--san-report", str(report))
+    off = [] if model else ["--san-model-sequences", "0"]
+    result = pytester.runpytest_subprocess("--pyargs", target, "-p", "no:cacheprovider", "-p", plugin, *off,
+                                           "--san-report", str(report))
     output = result.stdout.str()
     assert report.exists(), output[-3000:]
-    rules: dict[str, dict[str, int]] = json.loads(report.read_text())["rules"]
-    return rules, FAILED.findall(output), result.parseoutcomes()
+    return json.loads(report.read_text()), FAILED.findall(output), result.parseoutcomes()
 
 
 def _failing(rules: dict[str, dict[str, int]]) -> set[str]:
@@ -73,7 +76,8 @@ def test_a_held_out_bug_is_caught_under_a_rule_it_breaks(pytester: pytest.Pytest
                                                          name: str, catcher: str) -> None:
     breaks = set(importlib.import_module(f"{PACKAGE}.{name}").BREAKS)
     scenario_module = "pytest_san.scenarios." + catcher.partition(".py")[0]
-    rules, failed, _ = _run(pytester, monkeypatch, f"{PACKAGE}.{name}", scenario_module)
+    report, failed, _ = _run(pytester, monkeypatch, f"{PACKAGE}.{name}", scenario_module)
+    rules = report["rules"]
     assert _failing(rules) & breaks, f"{name} breaks {sorted(breaks)}, the suite failed {sorted(_failing(rules))}"
     function = catcher.partition("::")[2]  # node ids are relative to the run's directory: the name is what is sure
     assert any(test.partition("[")[0].endswith("::" + function) for test in failed), f"{catcher} did not fail: {failed}"
@@ -82,6 +86,8 @@ def test_a_held_out_bug_is_caught_under_a_rule_it_breaks(pytester: pytest.Pytest
 @pytest.mark.parametrize("name", LEGAL)
 def test_a_held_out_legal_variant_passes_the_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
                                                    name: str) -> None:
-    rules, failed, outcomes = _run(pytester, monkeypatch, f"{PACKAGE}.{name}", "pytest_san.scenarios")
-    assert _failing(rules) == set() and failed == [], failed
+    report, failed, outcomes = _run(pytester, monkeypatch, f"{PACKAGE}.{name}", "pytest_san.scenarios", model=True)
+    assert _failing(report["rules"]) == set() and failed == [], failed
     assert outcomes.get("passed", 0) > 200, outcomes
+    model = report["model"]  # the model ran, and found nothing the contract forbids
+    assert model["sequences"] > 0 and model["divergences"] == [], [d["message"] for d in model["divergences"]]
