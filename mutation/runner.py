@@ -156,6 +156,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--again", action="store_true",
                    help="in the work directory of an earlier run: run again only its surviving non-message mutants "
                         "(and those of functions changed since), against the scenarios as they are now")
+    p.add_argument("--only", metavar="GLOB", action="append", default=[],
+                   help="with --again: only the mutants whose mutmut names match (repeatable), e.g. "
+                        "'pytest_san.switch.*'")
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: judge what the work directory holds from an earlier run")
     p.add_argument("--write-untriaged", action="store_true",
@@ -179,10 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     names: list[str] = []
     if args.again and not args.report_only:
         prepare(args.work, table, fresh=False)
+        # mutmut's record of which test reaches which function, made anew: code changed since (a new
+        # function) is reached by tests the old record does not know of. The verdicts are kept.
+        (args.work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         generate(args.work, args.max_children)  # the scenarios copied afresh, changed functions' mutants remade
         widen(args.work, together, everything_for)
         names = [m.name for m in results.read_run(args.work / "mutants", rules)
-                 if not m.message_only and m.status in (results.SURVIVED, results.NOT_RUN)]
+                 if not m.message_only and m.status in (results.SURVIVED, results.NOT_RUN)
+                 and (not args.only or any(fnmatch.fnmatchcase(m.name, p) for p in args.only))]
         print(f"mutation: again: {len(names)} mutants")
         if names:
             code = mutmut(args.work, ["run", "--max-children", str(args.max_children), *names])
