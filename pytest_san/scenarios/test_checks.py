@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_san import Access, SanError, WsaError
+from pytest_san import SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, Access, SanError, WsaError
 
 from .support import RDMA_KINDS, RawEnd, attempt, guarded, rejected, sink, window
 
@@ -93,3 +93,14 @@ def test_a_scatter_entry_of_numbers_that_are_not_ints_moves_no_byte(raw_pair: tu
     assert target.unchanged() and local.unchanged(), "bytes moved"
     assert (_regs(a), _regs(b)) == before
     a.provider.deregister_memory(a.socket, handle)  # never left marked in use
+
+
+@pytest.mark.san_rule("R14")
+@pytest.mark.parametrize("option", [float(SO_MAX_RDMA_SIZE), float(SO_RDMA_THRESHOLD_SIZE), str(SO_MAX_RDMA_SIZE)],
+                         ids=["max-as-float", "threshold-as-float", "max-as-str"])
+def test_getsockopt_of_a_value_that_only_equals_an_option_is_einval(raw_pair: tuple[RawEnd, RawEnd],
+                                                                   option: object) -> None:
+    a, _ = raw_pair
+    with pytest.raises(SanError) as info:
+        a.provider.getsockopt(a.socket, option)
+    assert info.value.code is WsaError.WSAEINVAL, f"expected WSAEINVAL, got {info.value}"
