@@ -104,3 +104,20 @@ def test_getsockopt_of_a_value_that_only_equals_an_option_is_einval(raw_pair: tu
     with pytest.raises(SanError) as info:
         a.provider.getsockopt(a.socket, option)
     assert info.value.code is WsaError.WSAEINVAL, f"expected WSAEINVAL, got {info.value}"
+
+
+@pytest.mark.san_rule("R8", "R14")
+@pytest.mark.parametrize("kind", RDMA_KINDS)
+@pytest.mark.parametrize("offset", [0.0, True, "0", None], ids=repr)
+def test_an_rdma_offset_that_is_not_an_int_is_einval(raw_pair: tuple[RawEnd, RawEnd], kind: str,
+                                                     offset: object) -> None:
+    """An offset that only equals 0, or none at all: WSAEINVAL at the call, no byte moved, nothing left in use."""
+    a, b = raw_pair
+    local = guarded(a, 32, 0x5A)
+    handle = a.provider.register_memory(a.socket, local.inner, Access.READWRITE)
+    target, desc = window(b, 32, Access.READWRITE)
+    with pytest.raises(SanError) as info:
+        getattr(a.provider, kind)(a.socket, [(local.inner, handle)], desc, offset)
+    assert info.value.code is WsaError.WSAEINVAL, f"expected WSAEINVAL, got {info.value}"
+    assert target.unchanged() and local.unchanged()
+    a.provider.deregister_memory(a.socket, handle)  # never left marked in use
