@@ -283,8 +283,10 @@ class ModelRun:
         desc_size = model.desc_size if model is not None else 0
 
         def fresh() -> Model:
-            return Model(self.world.plan, self.alts, desc_size, sends_wait=self.sends_wait, no_read=self.no_read,
+            made = Model(self.world.plan, self.alts, desc_size, sends_wait=self.sends_wait, no_read=self.no_read,
                          reference_order=self.reference_order)
+            made.refused_at_call = dict(model.refused_at_call) if model is not None else {}  # as the backend did
+            return made
 
         try:
             return broken_rules(problem, steps, index, fresh, keys)

@@ -40,18 +40,21 @@ class TransferModel:
         self.ops: dict[int, MOp] = {}  # pending operations by step op id
         self.exp = Expect()
         # The model as it was before the step's call moved it on, while the call may still turn out to have
-        # been refused instead (Expect.instead), and the alternatives the step expected by then.
-        self._undo: tuple[TransferModel, set[str]] | None = None
+        # been refused instead (Expect.instead), the alternatives the step expected by then, and its op id.
+        self._undo: tuple[TransferModel, set[str], int] | None = None
+        # op id -> the code of each transfer the backend refused at the call instead: a replay of the steps
+        # (the rules of a divergence, rules.py) follows the backend's choice.
+        self.refused_at_call: dict[int, str] = {}
 
     # -- a refusal at the call instead -----------------------------------------------------------
 
-    def _may_refuse(self, why: str, codes: frozenset[str]) -> None:
+    def _may_refuse(self, why: str, codes: frozenset[str], op: int) -> None:
         """The call may raise one of ``codes`` (the documented alternative ``why``) instead of what the step
         goes on to expect; then it changes nothing. Call before the step changes anything but ``self.exp``."""
         ex = self.exp
         if self._undo is None:
             self.exp = Expect()  # not part of the state to go back to: the step's expectation stays
-            self._undo = (copy.deepcopy(self), set(ex.alternatives))
+            self._undo = (copy.deepcopy(self), set(ex.alternatives), op)
             self.exp = ex
         ex.instead[why] = ex.instead.get(why, frozenset()) | codes
 
@@ -59,17 +62,22 @@ class TransferModel:
         """The call of the step last applied (its expectation ``ex``) answered ``result`` (what it returned or
         raised). A refusal the step allowed instead (``Expect.instead``) moves the model back to before the
         call, and the expectation becomes that refusal: True then."""
-        undo = self._undo
+        if ex is not self.exp or not isinstance(result, SanError):
+            self._undo = None
+            return False
+        return self._take_refusal(result.code.name)
+
+    def _take_refusal(self, code: str) -> bool:
+        ex, undo = self.exp, self._undo
         self._undo = None
-        if undo is None or ex is not self.exp or not isinstance(result, SanError):
-            return False
-        code = result.code.name
         why = {alt_id for alt_id, codes in ex.instead.items() if code in codes}
-        if not why:
+        if undo is None or not why:
             return False
-        before, alternatives = undo
+        before, alternatives, op = undo
+        refused = self.refused_at_call
         vars(self).update(vars(before))  # in place: the generator and the side hold this model
-        self.exp = ex
+        self.exp, self.refused_at_call = ex, refused
+        refused[op] = code
         ex.raises, ex.returns, ex.done = frozenset({code}), "none", {}
         ex.alternatives = alternatives | why
         return True
@@ -240,9 +248,12 @@ class TransferModel:
         write_like = step.kind in ("rdma_write", "send")
         verdict, regs = self._local(s, pairs, R if write_like else W)
         if many:
-            self._may_refuse(alt.READ_ONE_BUFFER, frozenset({"WSAEINVAL"}))  # its device reads into one buffer
+            self._may_refuse(alt.READ_ONE_BUFFER, frozenset({"WSAEINVAL"}), step.op)  # its device reads into one buffer
         if verdict != "ok" and self._on(alt.REFUSED_AT_CALL):
-            self._may_refuse(alt.REFUSED_AT_CALL, BAD_ENTRY_CODES)  # its provider checks the entries itself
+            self._may_refuse(alt.REFUSED_AT_CALL, BAD_ENTRY_CODES, step.op)  # its provider checks the entries itself
+        if ex.instead and step.op in self.refused_at_call:  # a replay: as the backend answered
+            self._take_refusal(self.refused_at_call[step.op])
+            return
         if rdma and not pairs and self._on(alt.ZERO_RDMA):
             self._zero_rdma(op)
         elif verdict == "refused":  # R1, R3, R6, R7, R8 on the local side

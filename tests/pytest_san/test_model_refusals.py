@@ -278,3 +278,28 @@ def test_a_provider_whose_reads_land_in_one_buffer_passes_the_model() -> None:
     summary = _run(SingleEntryRdmaRead, drop=frozenset({"rdma_read_scatter"}))
     assert summary.divergences == [], [d.render() for d in summary.divergences]
     assert summary.alternatives[ONE_BUFFER] > 0
+
+
+def test_the_rules_of_a_divergence_follow_the_refusals_the_backend_made() -> None:
+    """A divergence's rules are judged on the steps replayed on a fresh model (rules.py): a transfer the backend
+    refused at the call left its connection up there too, so a later write into a READ window breaks R6 alone
+    (replayed as an error completion, the connection would be down: R4 as well)."""
+    from pytest_san.model.execute import Problem
+    from pytest_san.model.rules import broken_rules
+
+    steps = [Register(0, "memory", (0, 0, 0, 64), int(Access.READ), reg=1),
+             Register(1, "rdma", (2, 1, 0, 40), int(Access.READ), reg=2),
+             Transfer(0, "send", (((0, 0, 60, 8), Key(reg=1)),), op=5),  # outside its registration
+             Transfer(0, "rdma_write", (((0, 0, 0, 8), Key(reg=1)),), op=6, desc=Key(reg=2))]
+    problem = Problem("completion", "operation op#6: SUCCESS 8 bytes, expected ACCESS_VIOLATION")
+    keys = {1: 0x11, 2: b"\2" * 20}
+
+    def fresh(refused: dict[int, str]) -> Callable[[], Model]:
+        def made() -> Model:
+            model = Model(plan_for(2), EVERY, 20)
+            model.refused_at_call = dict(refused)
+            return model
+        return made
+
+    assert broken_rules(problem, steps, 3, fresh({5: "WSAEFAULT"}), keys) == ("R6",)
+    assert broken_rules(problem, steps, 3, fresh({}), keys) == ("R4", "R6")
