@@ -72,6 +72,9 @@ class Placeholder(bytes):
     def __repr__(self) -> str:
         return f"<what step reg#{self.reg} returns>"
 
+    def __deepcopy__(self, memo: dict[int, object]) -> Placeholder:
+        return self  # equal only to itself: a copy of the model (transfers.py's undo) keeps this very one
+
 
 @dataclasses.dataclass(eq=False)
 class Planned:

@@ -71,6 +71,11 @@ def test_suite_over_ssh_passes_the_same_rules_as_in_process(pytester: pytest.Pyt
     assert isinstance(rules, dict) and all(c["failed"] == 0 and c["passed"] > 0 for c in rules.values())
     outcomes = {t["nodeid"]: t["outcome"] for t in remote["tests"]}  # type: ignore[attr-defined]
     assert outcomes == {t["nodeid"]: t["outcome"] for t in local["tests"]}  # type: ignore[attr-defined]
+    # The reference model ran in both, each at its backend's budget: the hil backend declares a lab's
+    # (HilBackend.model_budget), the emulator none (the plugin's default).
+    models = [(r["model"]["sequences"], r["model"]["steps"], r["model"]["divergences"])  # type: ignore[index]
+              for r in (remote, local)]
+    assert models == [(16, 320, []), (100, 4000, [])]
 
 
 def test_downstream_file_over_ssh(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
