@@ -22,6 +22,8 @@ import pytest
 
 from tests.pytest_san import held_out
 
+pytestmark = pytest.mark.whole_suite  # each case runs the suite in a subprocess: not in tox (tox.ini)
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = held_out.__name__
 

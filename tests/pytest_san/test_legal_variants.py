@@ -11,6 +11,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.whole_suite  # each case runs the suite in a subprocess: not in tox (tox.ini)
+
 
 def _report(pytester: pytest.Pytester, package: str, *extra: str) -> dict[str, object]:
     report = pytester.path / "report.json"
