@@ -341,10 +341,9 @@ class Side:
             return seen
         self._popped = {}
         self._judge(step, seen, result, waited or {})
-        # An error completion moves its socket to error on its own host while the round's other questions run:
-        # a state asked in the round may predate it, so such a step's check asks again, now.
-        errored = any(not done.startswith("SUCCESS") for done in seen.done.values())
-        self.check(seen, full=self.full, asked=None if errored else asked)
+        # Asked in its round, before any later step ran there (a step expecting an error completion, whose
+        # state change may come after the round's questions, is made alone: rounds.py).
+        self.check(seen, full=self.full, asked=asked)
         self.cost.steps += 1
         return seen
 

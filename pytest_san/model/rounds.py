@@ -25,6 +25,11 @@ the round before it: a reconnect (its connect needs the peer's listening address
 whose call may refuse instead of what the model expects (``Expect.instead``: what the model and the next steps
 expect depends on which) and every step while a send that may give up waiting on its own
 (``send-wait-bounded``) has waited half the time the model allows before asking (``GIVE_UP_AFTER``).
+
+A step that expects an error completion (an error, ABORTED, CONNECTION_RESET: any status but SUCCESS) runs alone
+too: such a completion moves a socket on its own host on its own time (rxe: to error after the round's questions
+were read), so its check is asked once the completion is in, and before any later step has run (a later step of
+its round would already have changed what the check looks at).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..contract import Status
 from ..protocols import Call
 from ..together import Earlier, together
 from .alternatives import RNR_BOUNDED
@@ -221,9 +227,13 @@ class Round:
                 planned.asked[item.key] = outcome
 
 
-def _may_be_refused(step: Step, spec: Model) -> bool:
-    """Whether ``step``'s call may refuse it instead of what the model expects (``Expect.instead``)."""
-    return isinstance(step, Transfer) and bool(copy.deepcopy(spec).apply(step).instead)
+def _alone_for_its_answer(step: Step, spec: Model) -> bool:
+    """Whether ``step`` runs alone for what the model expects of it: its call may refuse it instead
+    (``Expect.instead``), or an operation may complete otherwise than SUCCESS (its check waits for that)."""
+    if not isinstance(step, (Transfer, Close)):
+        return False
+    exp = copy.deepcopy(spec).apply(step)
+    return bool(exp.instead) or any(s != Status.SUCCESS for statuses, _ in exp.done.values() for s in statuses)
 
 
 def _keys(step: Step) -> list[Key]:
@@ -307,7 +317,7 @@ class Rounds:
                 pending = next_step(spec)
             self._note(pending, spec)
             if pending is not None and (isinstance(pending, Reconnect) or self._alone(spec)
-                                        or _may_be_refused(pending, spec)):
+                                        or _alone_for_its_answer(pending, spec)):
                 yield from self._judge_all(waiting, carried)  # everything before it first
                 waiting, carried = [], []
                 step, pending = pending, None

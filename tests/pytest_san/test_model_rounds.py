@@ -180,3 +180,23 @@ def test_what_ends_a_round() -> None:
     assert second.admits(Register(0, "memory", (0, 1, 0, 8), 1, reg=4), spec)  # node 0 goes on
     looked = {item.key for item in second.later}  # node 1's questions and waits: the next round, first
     assert ("bytes", 2, 0) in looked and all(key != ("bytes", 0, 0) for key in looked)
+
+
+def test_a_step_with_an_error_completion_is_checked_before_the_next_step_runs() -> None:
+    """A close that aborts a pending receive, then a register on the same node: the close's check must not see
+    the register's allocation. On hil (emulator engine, seed 1, sequence 9 of the suite's 16 x 20) the close
+    joined a round with a later register of that node, and its check, asked again once judged (the error
+    completion's state change), counted that register: '2 live allocations, the model has 1'."""
+    from pytest_san.model.steps import Key
+
+    rw = 3
+    steps: list[Step] = [
+        Register(0, "memory", (0, 0, 0, 8), rw, reg=1),  # s0: p0 on node 0
+        Transfer(0, "recv", (((0, 0, 0, 8), Key(reg=1)),), op=1),  # pending: the close aborts it
+        Close(0),
+        Register(2, "memory", (0, 1, 0, 8), rw, reg=2),  # s2: p0 on node 0 too, one more live allocation there
+    ]
+    outcome, seens = _replayed(EmulatorBackend(), steps, rounds=True)
+    assert outcome is None, outcome
+    assert [[s.answer() for s in seen] for seen in seens] == [
+        [("handle", ())], [("operation", ())], [("done", ((1, "ABORTED"),))], [("handle", ())]]
