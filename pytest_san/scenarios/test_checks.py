@@ -121,3 +121,16 @@ def test_an_rdma_offset_that_is_not_an_int_is_einval(raw_pair: tuple[RawEnd, Raw
     assert info.value.code is WsaError.WSAEINVAL, f"expected WSAEINVAL, got {info.value}"
     assert target.unchanged() and local.unchanged()
     a.provider.deregister_memory(a.socket, handle)  # never left marked in use
+
+
+@pytest.mark.san_rule("R14")
+@pytest.mark.parametrize("register", ["register_memory", "register_rdma_memory"])
+@pytest.mark.parametrize("access", [1, 2, 3], ids=["int-1", "int-2", "int-3"])
+def test_registering_with_a_plain_int_access_is_the_same_as_the_flag(raw_pair: tuple[RawEnd, RawEnd], register: str,
+                                                                      access: int) -> None:
+    """Access is 1, 2 or 3, as an int or as an Access value (CONTRACT.md section 2): a plain int registers."""
+    a, _ = raw_pair
+    buf = a.process.alloc(64)
+    key = getattr(a.provider, register)(a.socket, buf, access)
+    (a.provider.deregister_memory if register == "register_memory" else a.provider.deregister_rdma_memory)(
+        a.socket, key)
