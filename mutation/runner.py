@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     for m in verdict.untriaged:
         print(f"mutation: UNTRIAGED survivor {m.path} {m.function} {m.key} ({m.name}): {m.change}")
     for m, entry in verdict.reopened:
-        print(f"mutation: SURVIVES AGAIN {m.path} {m.function} {m.key}, closed by {entry.text}: {m.change}")
+        print(f"mutation: SURVIVES AGAIN {m.path} {m.function} {m.key} (closed {entry.text}): {m.change}")
     if args.write_untriaged and verdict.untriaged:
         text = args.survivors.read_text(encoding="utf-8") if args.survivors.exists() else "# Surviving mutants\n"
         args.survivors.write_text(triage.add_untriaged(text, [
