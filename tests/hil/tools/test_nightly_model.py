@@ -187,12 +187,14 @@ def test_a_planted_divergence_fails_nightly_and_reads_well_under_an_ascii_locale
     report = json.loads((out / "report.json").read_bytes().decode("ascii"))
     assert report["status"] == "failed" and all(e["status"] == "passed" for e in report["hosts"].values())
     model = report["model"]
-    assert model["status"] == "failed" and model["divergences"] == 2
+    assert model["status"] == "failed" and model["divergences"] == 4  # R6 and R7 on each set
     for name in NAMES:
         entry = model["sets"][name]
         assert (entry["status"], entry["seed"]) == ("diverged", 1)
-        (div,) = entry["divergences"]
-        # Found already by the replayed regressions (one registers a WRITE descriptor), before any sequence.
+        div, other = entry["divergences"]
+        # Each rule it breaks is its own divergence: R7 found already by the replayed regressions (one registers a
+        # WRITE descriptor), before any sequence; R6 by a sequence.
+        assert (div["rules"], other["rules"], other["kind"]) == (["R7"], ["R6"], "model")
         assert (div["kind"], div["side"], div["category"], div["step"]) == ("regression", "hil", "registrations",
                                                                             "Register(rdma)")
         assert any("register_rdma_memory(" in line and "-> hil: descriptor" in line for line in div["steps"])
@@ -202,10 +204,10 @@ def test_a_planted_divergence_fails_nightly_and_reads_well_under_an_ascii_locale
 
     summary = (out / "summary.md").read_text(encoding="utf-8")
     assert summary.startswith("# pytest-san nightly: \u2717 FAILED\n")
-    assert "**Suite**: \u2713 passed on all 2 host set(s) \u00b7 **Model**: \u2717 2 divergence(s)" in summary
-    assert f"## Reference model: \u2717 2 divergence(s) on {NAMES[0]}, {NAMES[1]}" in summary
+    assert "**Suite**: \u2713 passed on all 2 host set(s) \u00b7 **Model**: \u2717 4 divergence(s)" in summary
+    assert f"## Reference model: \u2717 4 divergence(s) on {NAMES[0]}, {NAMES[1]}" in summary
     assert f"| **{NAMES[0]}** | \u2717 diverged | hil | 1 |" in summary
-    section = summary.split(f"### {NAMES[0]}: divergence 1 of 1", 1)[1]
+    section = summary.split(f"### {NAMES[0]}: divergence 1 of 2", 1)[1]
     assert section.lstrip().startswith("**hil: registrations after a Register(rdma) step (a past divergence replayed")
     assert "> registrations of s" in section and "the provider has" in section and "the model [" in section
     steps = section.split("```text\n", 1)[1].split("```", 1)[0]
