@@ -218,19 +218,20 @@ def test_contiguous_fits_a_free_range_to_the_byte(san_proxy: Proxy, npages: int)
 @pytest.mark.san_rule("P4")
 @pytest.mark.san_requires("contiguous")
 def test_contiguous_takes_the_free_part_of_a_range(san_proxy: Proxy) -> None:
-    """A range whose first pages are taken: the block comes from its free rest, or None when the rest is too
-    small; never from the taken pages."""
+    """A range whose first pages are taken: a block granted in it comes from its free rest, never from the taken
+    pages, and none is granted when the rest is too small. A proxy may refuse a block the free rest could hold
+    (P4 promises none when impossible, not one whenever possible: the verbs proxy's hugetlb pool refuses it)."""
     n, cache = 4 * P, CacheType.NON_CACHED
     with just_freed(san_proxy, n, cache) as b:
         first = san_proxy.allocate_contiguous(P, b, b + P - 1, 0, cache)  # the range's first page, taken
         assert first == b
         try:
-            assert grant(san_proxy, 3 * P, b, b + n - 1, 0, cache) == b + P
+            assert grant(san_proxy, 3 * P, b, b + n - 1, 0, cache) in (None, b + P), "granted over the taken page"
             assert grant(san_proxy, n, b, b + n - 1, 0, cache) is None, "granted over a live block"
             # Two pages that may not cross a two-page multiple: [b + P, b + 4P) always holds such a pair.
             base = grant(san_proxy, 2 * P, b + P, b + n - 1, 2 * P, cache)
-            assert base is not None, "a possible block refused"
-            assert b + P <= base and base + 2 * P <= b + n and base // (2 * P) == (base + 2 * P - 1) // (2 * P)
+            if base is not None:
+                assert b + P <= base and base + 2 * P <= b + n and base // (2 * P) == (base + 2 * P - 1) // (2 * P)
         finally:
             san_proxy.free_contiguous(b, P, cache)
 
