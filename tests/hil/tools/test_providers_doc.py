@@ -112,6 +112,7 @@ def test_the_matcher_needs_every_shown_line_in_order() -> None:
     assert _unmatched(["===== 3 passed in ...s ====="], ["== 4 passed in 1.5s =="]) == ["===== 3 passed in ...s ====="]
 
 
+@pytest.mark.whole_suite
 @pytest.mark.parametrize("sections", [[PROVIDER], [PROVIDER, MUTANTS]], ids=["provider", "mutants-plugin"])
 def test_the_five_minute_example_works_as_written(tmp_path: Path, sections: list[str]) -> None:
     example = tmp_path / "empty"
