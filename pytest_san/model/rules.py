@@ -209,15 +209,17 @@ def _completion(message: str, step: Step | None, steps: Sequence[Step], before: 
 
 # -- why the model refuses a step -----------------------------------------------------------------------
 
+def _socket_faults(state: str) -> list[str]:
+    """What a socket in ``state`` faults first: a closed one is no socket, any other not connected."""
+    if state == "closed":
+        return ["socket"]
+    return [] if state == "connected" else ["connected"]
+
 def _register_faults(step: Register, model: Model) -> list[str]:
     s = model.socks.get(step.sock)
     if s is None:
         return []
-    faults = []
-    if s.state == "closed":
-        faults.append("socket")
-    elif s.state != "connected":
-        faults.append("connected")
+    faults = _socket_faults(s.state)
     if step.view[0] != s.proc:
         faults.append("buffer.owner")
     if step.shape != "range":
@@ -233,11 +235,7 @@ def _transfer_call_faults(step: Transfer, model: Model) -> list[str]:
     s = model.socks.get(step.sock)
     if s is None:
         return []
-    faults = []
-    if s.state == "closed":
-        faults.append("socket")
-    elif s.state != "connected":
-        faults.append("connected")
+    faults = _socket_faults(s.state)
     if any(view[0] != s.proc for view, _ in step.entries):
         faults.append("entry.owner")
     desc = model.value(step.desc) if step.desc is not None else None
