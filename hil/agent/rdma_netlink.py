@@ -25,7 +25,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["KINDS", "KernelUnreadable", "cap_net_admin", "parse_dump", "read_resources"]
+__all__ = ["KINDS", "KernelUnreadable", "cap_net_admin", "parse_dump", "read_resources", "thread_group"]
 
 NETLINK_RDMA = 20
 RDMA_NL_NLDEV = 5
@@ -173,7 +173,8 @@ def _u32_attr(kind: int, value: int) -> bytes:
 def read_resources(device: str | None = None, kinds: tuple[str, ...] = tuple(KINDS),
                    timeout: float = 5.0) -> dict[str, list[dict[str, Any]]]:
     """{kind: [entry, ...]} of every RDMA device (or only ``device``): what ``rdma resource show <kind>``
-    lists. An entry has its device, its pid (a user process's) or kern_name (the kernel's) and the fields of
+    lists. An entry has its device, its pid (the user thread that made it) and tgid (that thread's process),
+    or kern_name (the kernel's), or neither (a user object whose thread has ended), and the fields of
     ``KINDS`` the kernel filled in."""
     link = _Netlink(timeout)
     try:
@@ -189,9 +190,37 @@ def read_resources(device: str | None = None, kinds: tuple[str, ...] = tuple(KIN
             for kind in kinds:
                 with contextlib.suppress(KernelUnreadable):  # a kind this kernel does not dump (ctx before 5.x)
                     found[kind] += parse_dump(kind, link.dump(KINDS[kind][0], _u32_attr(ATTR_DEV_INDEX, index)))
+        _owners(found)
         return found
     finally:
         link.close()
+
+
+def thread_group(pid: int) -> int:
+    """The process (thread group) of the task ``pid``: the kernel tags an object with the *thread* that made
+    it (``task_pid_vnr``), so an MR a process registered from a second thread carries that thread's id. A
+    task that is gone (or unreadable) is its own group."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return pid
+
+
+def _owners(found: dict[str, list[dict[str, Any]]]) -> None:
+    """Name each user object's process (``tgid``) beside the thread the kernel tags it with (``pid``). An
+    object whose making thread has ended has no pid at all (the process may still hold it)."""
+    groups: dict[int, int] = {}
+    for entries in found.values():
+        for entry in entries:
+            if "pid" in entry:
+                pid = entry["pid"]
+                if pid not in groups:
+                    groups[pid] = thread_group(pid)
+                entry["tgid"] = groups[pid]
 
 
 def cap_net_admin() -> bool:

@@ -262,3 +262,28 @@ def _mrn(text: str) -> str:
 
 def _rkey(text: str) -> str:
     return text.split("rkey ")[1].split()[0]
+
+
+def test_an_mr_made_by_another_thread_of_the_process_is_its_own() -> None:
+    """The kernel tags objects with the thread that made them; the reader adds the thread's process (tgid)."""
+    thread = PID + 7
+    kernel = _kernel(mr=[{**_mr(1, 8192, lkey=0x100, pid=thread), "tgid": PID}, _mr(2, 4096, lkey=0x2201, rkey=0x2200),
+                         _mr(3, 4096, lkey=0x300)], **_own(), **_socket_objects())
+    reading = judge("during", kernel, [PROCESS])
+    assert reading["findings"] == []
+    assert reading["processes"][str(PID)]["mr"] == [[1, 8192], [2, 4096], [3, 4096]]
+
+
+def _unowned_mr(mrn: int) -> dict[str, Any]:
+    return {"device": "rxe0", "mrn": mrn, "length": 65536}  # its thread ended: no pid, no kern_name
+
+
+def test_an_object_whose_thread_ended_is_a_finding_at_the_end_when_the_session_made_it() -> None:
+    state = {"kernel": _kernel(mr=[_unowned_mr(40)])}
+    witness = KernelWitness("rxe0", read=lambda _device: state["kernel"])
+    state["kernel"] = _kernel(mr=[_unowned_mr(40), _unowned_mr(41)])
+    during = witness.read("during", [])
+    assert during["unowned"] == [["mr", 40], ["mr", 41]] and during["findings"] == []
+    end = witness.read("at the session's end", [], every=True)
+    assert end["findings"] == ["the kernel holds MR mrn 41, made during the session by a thread that has ended "
+                               "(no pid): nothing released it"]

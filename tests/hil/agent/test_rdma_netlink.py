@@ -16,6 +16,7 @@ import os
 import shutil
 import struct
 import subprocess
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,3 +167,57 @@ def test_a_process_that_exited_holds_nothing(pair: tuple[str, host.ChildProcess,
     child.kill()
     left = {kind: [e for e in entries if e.get("pid") == pid] for kind, entries in nl.read_resources(device).items()}
     assert left == {kind: [] for kind in nl.KINDS}
+
+
+def test_a_thread_is_named_by_its_process() -> None:
+    """The kernel tags an object with the thread that made it; the reader names that thread's process."""
+    seen: list[int] = []
+    worker = threading.Thread(target=lambda: seen.append(threading.get_native_id()))
+    worker.start()
+    worker.join()
+    assert seen and seen[0] != os.getpid()
+    assert nl.thread_group(threading.get_native_id()) == os.getpid()
+    holder = threading.Thread(target=lambda: seen.append(nl.thread_group(threading.get_native_id())))
+    holder.start()
+    holder.join()
+    assert seen[1] == os.getpid()  # asked while that thread ran
+    assert nl.thread_group(2**22 + 1) == 2**22 + 1  # above any pid_max: no such task
+
+
+@rdma
+def test_an_mr_made_by_a_second_thread_belongs_to_its_process() -> None:
+    """Measured for issue 30 on rxe and siw (6.12): rsockets' listen thread makes an accepted socket's MRs,
+    so a reading by pid showed 0 MRs for a connected server, and once that thread ended the MRs had no pid
+    at all. Here a thread of this process registers 12 KiB: the reader names this process as its owner
+    while the thread lives, and the witness lists it as unowned once the thread has ended."""
+    from pyverbs.device import Context  # type: ignore[import-not-found]
+    from pyverbs.mr import MR  # type: ignore[import-not-found]
+    from pyverbs.pd import PD  # type: ignore[import-not-found]
+
+    from hil.agent.engines.verbs.witness import unowned_objects
+
+    device, _port = host.select_device(os.environ.get("SAN_DEVICE"))
+    made: list[Any] = []
+    registered, release = threading.Event(), threading.Event()
+
+    def register() -> None:
+        made.append(MR(pd, 12288, Access.READWRITE))
+        made.append(threading.get_native_id())
+        registered.set()
+        release.wait(60)
+
+    with Context(name=device) as ctx, PD(ctx) as pd:
+        worker = threading.Thread(target=register)
+        worker.start()
+        try:
+            assert registered.wait(60)
+            mrn_of = {e["mrn"]: e for e in nl.read_resources(device)["mr"] if e.get("length") == 12288}
+            ours = [e for e in mrn_of.values() if e.get("tgid") == os.getpid()]
+            assert [e["pid"] for e in ours] == [made[1]]
+        finally:
+            release.set()
+            worker.join()
+        after = nl.read_resources(device)
+        assert ["mr", ours[0]["mrn"]] in unowned_objects(after)
+        assert not [e for e in after["mr"] if e.get("mrn") == ours[0]["mrn"] and "pid" in e]
+        made[0].close()

@@ -93,7 +93,7 @@ def judge(at: str, kernel: dict[str, list[dict[str, Any]]], processes: Sequence[
     held: dict[str, Any] = {}
     for process in processes:
         pid = process["pid"]
-        mine = {kind: [e for e in entries if e.get("pid") == pid] for kind, entries in kernel.items()}
+        mine = {kind: [e for e in entries if e.get("tgid", e.get("pid")) == pid] for kind, entries in kernel.items()}
         if process.get("sockets") is not None or any(mine.values()) or every:
             held[str(pid)] = {"role": process.get("role", "process"),
                               "mr": [[e.get("mrn"), e.get("length")] for e in mine.get("mr", [])],
@@ -114,7 +114,18 @@ def judge(at: str, kernel: dict[str, list[dict[str, Any]]], processes: Sequence[
             elif len(have) < books:
                 findings.append(f"{_who(process)}: its books name {books} {_NAMES[kind]}(s), the kernel holds "
                                 f"{len(have)}")
-    return {"at": at, "processes": held, "findings": findings}
+    reading: dict[str, Any] = {"at": at, "processes": held, "findings": findings}
+    unowned = unowned_objects(kernel)
+    if unowned:
+        reading["unowned"] = unowned
+    return reading
+
+
+def unowned_objects(kernel: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
+    """[kind, id] of every user object the kernel names no thread for: its making thread has ended (a
+    library's helper thread, say), so no reading by process can see it, though a live process holds it."""
+    return [[kind, e.get(_IDS[kind])] for kind, entries in kernel.items() for e in entries
+            if "pid" not in e and "kern_name" not in e]
 
 
 def _declared_counts(process: dict[str, Any]) -> dict[str, int]:
@@ -137,8 +148,9 @@ class KernelWitness:
         self._read: Reader = read or (lambda d: read_resources(d))
         self.keys = cap_net_admin()
         self.unavailable: str | None = None
+        self._unowned_before: set[tuple[str, Any]] = set()  # there before the session: not its to judge
         try:
-            self._read(device)
+            self._unowned_before = {(kind, ident) for kind, ident in unowned_objects(self._read(device))}
         except KernelUnreadable as exc:
             self.unavailable = exc.strerror or str(exc)
         self.readings: list[dict[str, Any]] = []
@@ -156,6 +168,7 @@ class KernelWitness:
         else:
             try:
                 reading = judge(at, self._read(self.device), processes, every)
+                self._judge_unowned(reading, every)
             except KernelUnreadable as exc:
                 reading = {"at": at, "unavailable": exc.strerror or str(exc), "processes": {}, "findings": []}
         self.readings.append(reading)
@@ -165,6 +178,15 @@ class KernelWitness:
                 self.readings.remove(quiet)
                 self.dropped += 1
         return reading
+
+    def _judge_unowned(self, reading: dict[str, Any], every: bool) -> None:
+        """At the session's end (``every``), an object no thread owns that appeared during the session is a
+        finding: this device is leased to the session, so a live process of it holds the object."""
+        now = {(kind, ident) for kind, ident in reading.get("unowned", ())}
+        if every:
+            for kind, ident in sorted(now - self._unowned_before, key=str):
+                reading["findings"].append(f"the kernel holds {_NAMES[kind]} {_IDS[kind]} {ident}, made during the "
+                                           f"session by a thread that has ended (no pid): nothing released it")
 
     def unreported(self) -> list[dict[str, Any]]:
         """The readings whose findings nobody was told yet; they count as told from now on."""
