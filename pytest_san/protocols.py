@@ -7,9 +7,9 @@ switch talk only to these protocols, so the same suite runs on the emulator and 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from .types import Access, CacheType, Completion, DeviceDescription, Leak
 
@@ -289,3 +289,104 @@ class Pipelining(Protocol):
     model runs its steps with their checks."""
 
     def together(self, calls: Sequence[Call]) -> list[Outcome]: ...
+
+
+@runtime_checkable
+class SwitchEndpoint(Protocol):
+    """One end of a connection a switch made (CONTRACT.md section 5): its socket, process, provider and proxy,
+    and the application's calls on it, which the switch turns into provider calls."""
+
+    @property
+    def name(self) -> str:
+        """``"local"`` or ``"remote"``: how ``SwitchConnection.trace`` names this end."""
+        ...
+    @property
+    def socket(self) -> Socket: ...
+    @property
+    def process(self) -> Process: ...
+    @property
+    def provider(self) -> Provider: ...
+    @property
+    def proxy(self) -> Proxy: ...
+    @property
+    def peer(self) -> SwitchEndpoint: ...
+    def send(self, data: bytes | bytearray | memoryview) -> None:
+        """Queue ``data`` for the peer (inline messages, or RDMA above the connection's ``rdma_threshold``)."""
+        ...
+    def recv(self, nbytes: int, timeout: float = 10.0) -> bytes:
+        """Exactly ``nbytes`` of the peer's data, in order, driving both ends until they are there; TimeoutError
+        after ``timeout`` seconds; SanError (WSAECONNRESET, WSAENOTCONN) once the connection failed."""
+        ...
+    def progress(self) -> bool:
+        """Move this end alone as far as it can now (reap completions, handle messages, send what flow control
+        allows); whether anything moved."""
+        ...
+    def close(self) -> None:
+        """R11: deregister every region no pending operation uses, then close the socket; a second call does
+        nothing."""
+        ...
+
+
+@runtime_checkable
+class SwitchConnection(Protocol):
+    """A connected socket pair a switch made (``Switch.connect``), with the switch's parameters as it uses them.
+
+    ``rdma_threshold``, ``message_size`` and ``message_count`` are what the connection uses, which may differ from
+    what ``connect`` asked (a switch may round them, or have fixed ones): the scenarios judge it by these."""
+
+    @property
+    def local(self) -> SwitchEndpoint: ...
+    @property
+    def remote(self) -> SwitchEndpoint: ...
+    @property
+    def trace(self) -> Sequence[tuple[str, str]]:
+        """Every provider call the switch made on this connection's sockets, in order: (endpoint name, method),
+        e.g. ``("local", "register_memory")``, ``("remote", "rdma_read")``, ``("local", "close_socket")``."""
+        ...
+    @property
+    def rdma_threshold(self) -> int:
+        """R10: application sends longer than this many bytes move by RDMA, the others in messages."""
+        ...
+    @property
+    def message_size(self) -> int:
+        """Bytes of one message slot (each region holds ``message_count`` of them)."""
+        ...
+    @property
+    def message_count(self) -> int:
+        """Message slots per region: the ring of posted receives (and of sends in flight)."""
+        ...
+    def progress(self) -> bool:
+        """Both ends, until neither moves; whether anything moved."""
+        ...
+    def run_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Drive both ends until ``condition()``; TimeoutError naming ``what`` after ``timeout`` seconds."""
+        ...
+    def flush(self, timeout: float = 10.0) -> None:
+        """Until every queued message and large transfer of both ends has finished."""
+        ...
+    def close(self) -> None:
+        """Close both ends (``SwitchEndpoint.close``)."""
+        ...
+
+
+@runtime_checkable
+class Switch(Protocol):
+    """The Windows Sockets switch under test (``san_switch``; a plugin's ``pytest_san_make_switch`` may give its
+    own): it connects SAN sockets, registers their message memory (R9), moves data (R10) and tears down (R11).
+
+    ``connect`` options (each may be left out): ``rdma_threshold`` (bytes, or None: the provider's
+    SO_RDMA_THRESHOLD_SIZE), ``rdma_mode`` (``"auto"``: RdmaRead unless the receiving end lacks it, ``"read"``,
+    ``"write"``), ``message_size`` and ``message_count``. A switch may use other values than asked for the
+    threshold and the two message sizes, and says so on the connection; ``rdma_mode`` it keeps. An unknown option
+    or an unusable value is a TypeError or ValueError naming it, before anything is built; a connect that fails
+    later releases all it built before it raises."""
+
+    def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,
+                **options: Any) -> SwitchConnection:
+        """A connected socket pair between ``process`` (default: the first node's default process) and ``peer``
+        (default: the second node's, or the first's when there is one node)."""
+        ...
+    def close_all(self) -> None:
+        """Close every connection this switch made (both ends); safe to call twice. A socket already gone
+        (WSAENOTSOCK) is no failure; anything else is one SanError naming each."""
+        ...

@@ -12,8 +12,7 @@ from ..report import LEAK_RULE
 from .hooks import LEAKS_KEY, SAN_FIXTURES, created_backend, get_backend, uses_san_fixtures
 
 if TYPE_CHECKING:
-    from ..protocols import Backend, Provider, Proxy
-    from ..switch import Switch
+    from ..protocols import Backend, Provider, Proxy, Switch
     from ..types import Leak
 
 SWITCHES_KEY = pytest.StashKey[list["Switch"]]()
@@ -64,11 +63,10 @@ def san_backend(pytestconfig: pytest.Config) -> Backend:
 
 @pytest.fixture
 def san_switch(san_backend: Backend, request: pytest.FixtureRequest) -> Iterator[Switch]:
-    """A Windows Sockets switch over the backend; every connection it made is closed afterwards (by the
-    leak check, in the same batch as the check and the reset, where the backend ends tests itself)."""
-    from ..switch import Switch  # imported late: loading the plugin stays cheap
-
-    switch = Switch(san_backend)
+    """A Windows Sockets switch over the backend: a plugin's (``pytest_san_make_switch``), else pytest-san's own;
+    every connection it made is closed afterwards (by the leak check, in the same batch as the check and the
+    reset, where the backend ends tests itself)."""
+    switch = make_switch(request.config, san_backend)
     if _ends_tests(san_backend):
         request.node.stash.setdefault(SWITCHES_KEY, []).append(switch)
         yield switch
@@ -79,6 +77,20 @@ def san_switch(san_backend: Backend, request: pytest.FixtureRequest) -> Iterator
         switch.close_all()
     finally:
         _add_round_trips(request.node, "teardown", before, san_backend)
+
+
+def make_switch(config: pytest.Config, backend: Backend) -> Switch:
+    """The switch under test: what ``pytest_san_make_switch`` returned, else ``pytest_san.switch.Switch``."""
+    made: Switch | None = config.hook.pytest_san_make_switch(config=config, backend=backend)
+    if made is not None:
+        missing = [name for name in ("connect", "close_all") if not callable(getattr(made, name, None))]
+        if missing:
+            raise TypeError(f"pytest_san_make_switch returned {made!r:.80}, which is no switch: it lacks "
+                                    f"{', '.join(missing)} (pytest_san.protocols.Switch)")
+        return made
+    from ..switch import Switch as OwnSwitch  # imported late: loading the plugin stays cheap
+
+    return OwnSwitch(backend)
 
 
 def _ends_tests(backend: object) -> bool:
@@ -135,6 +147,12 @@ def _san_leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
         raise closing
 
 
+def _has_connections(switch: Switch) -> bool:
+    """Whether ``switch`` may have connections to close: pytest-san's own says (``connections``); another switch
+    is closed always."""
+    return bool(getattr(switch, "connections", True))
+
+
 def _end_test(backend: Backend, switches: list[Switch]) -> tuple[list[str], SanError | None]:
     """Close the switches' connections, check for leaks, reset: (the leaks, what closing left, if anything).
 
@@ -153,7 +171,7 @@ def _end_test(backend: Backend, switches: list[Switch]) -> tuple[list[str], SanE
         for switch in switches:
             switch.close_all()
 
-    found, errors = end_test(close if any(s.connections for s in switches) else None)
+    found, errors = end_test(close if any(_has_connections(s) for s in switches) else None)
     problems: list[str] = []
     for error in errors:
         if isinstance(error, SanError) and error.code is WsaError.WSAENOTSOCK:

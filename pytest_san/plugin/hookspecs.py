@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from ..protocols import Backend, Node, Provider, Proxy
+    from ..protocols import Backend, Node, Provider, Proxy, Switch
 
 
 @pytest.hookspec(firstresult=True)
@@ -59,6 +59,19 @@ def pytest_san_make_proxy(config: pytest.Config, node: Node, proxy: Proxy) -> Pr
 
     None keeps ``proxy``. Runs once per node while the backend is built, before the provider
     is made over it.
+    """
+    return None
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_san_make_switch(config: pytest.Config, backend: Backend) -> Switch | None:
+    """Return the switch under test (``san_switch``) over ``backend``, in place of pytest-san's own.
+
+    Called once per test that uses ``san_switch``. The switch must keep ``pytest_san.protocols.Switch`` (what
+    the scenarios call: ``connect``, ``close_all``, and the connections and endpoints it returns); it drives
+    each node's provider (``process.node.provider``, as the provider hooks made it). None leaves the choice to
+    other implementations; when none returns one, pytest-san's own ``pytest_san.switch.Switch`` is used. The
+    fixture closes every connection it made after the test (``close_all``), before the leak check.
     """
     return None
 

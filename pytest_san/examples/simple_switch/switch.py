@@ -1,0 +1,157 @@
+"""The simple switch and its connections: what ``pytest_san.protocols.Switch`` names, and nothing of
+``pytest_san.switch``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pytest_san import SO_RDMA_THRESHOLD_SIZE, Backend, Node, Process, SanError, WsaError
+from pytest_san.together import asking
+
+from .endpoint import SimpleEndpoint
+from .records import HEADER
+
+MODES = ("auto", "read", "write")
+OPTIONS = ("rdma_threshold", "rdma_mode", "message_size", "message_count")
+MIN_MESSAGE_SIZE = HEADER.size + 1
+MAX_MESSAGE_SIZE = 1 << 20
+MIN_MESSAGE_COUNT = 3  # with two, both ends could hold a last credit each that only a report may spend
+MAX_MESSAGE_COUNT = 1024
+PROGRESS_ROUNDS = 10_000
+"""At most this many rounds of both ends per ``progress`` (each round moves something, or it stops)."""
+
+
+def _whole(name: str, value: object, low: int, high: int) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{name} is an integer, got {value!r:.80}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be {low}..{high}, got {value}")
+    return value
+
+
+class SimpleConnection:
+    """Two endpoints, the parameters in force and the trace of the switch's provider calls."""
+
+    def __init__(self, switch: SimpleSwitch, a: Process, b: Process, *, rdma_threshold: int | None,
+                 rdma_mode: str, message_size: int, message_count: int) -> None:
+        self.switch = switch
+        self.rdma_mode = rdma_mode
+        self.message_size = message_size
+        self.message_count = message_count
+        self.rdma_threshold = 0 if rdma_threshold is None else rdma_threshold
+        self.trace: list[tuple[str, str]] = []
+        sa, sb = switch.backend.connect_sockets(a, b)
+        self.local = SimpleEndpoint(self, "local", sa, a)
+        self.remote = SimpleEndpoint(self, "remote", sb, b)
+        self.local.peer, self.remote.peer = self.remote, self.local
+        try:
+            if rdma_threshold is None:
+                self.rdma_threshold = self.local.call("getsockopt", SO_RDMA_THRESHOLD_SIZE)
+            self.local.build()
+            self.remote.build()
+        except BaseException as exc:  # all or nothing: what was built goes before the failure is raised
+            for end in (self.local, self.remote):
+                try:
+                    end.close()
+                except Exception as inner:
+                    note = getattr(exc, "add_note", None)  # Python 3.11+
+                    if note is not None:
+                        note(f"while releasing the half-built {end.name} end: {inner!r}")
+            raise
+
+    def reads(self, receiver: SimpleEndpoint) -> bool:
+        """R10: RdmaRead by the receiver, unless it lacks it (then RdmaWrite by the sender)."""
+        return receiver.provider.supports_rdma_read if self.rdma_mode == "auto" else self.rdma_mode == "read"
+
+    def progress(self) -> bool:
+        moved = False
+        for _ in range(PROGRESS_ROUNDS):
+            with asking(self.switch.backend, self.local.questions() + self.remote.questions()):
+                if not self.local.progress() | self.remote.progress():
+                    break
+            moved = True
+        return moved
+
+    def run_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout != timeout:
+            raise TypeError(f"timeout is a number of seconds, got {timeout!r:.80}")
+        deadline = time.monotonic() + timeout
+        pause = 0.0
+        while not condition():
+            for end in (self.local, self.remote):
+                end.check()
+            moved = self.progress()
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+            pause = 0.0 if moved else min(0.01, pause * 2 or 0.0002)
+            time.sleep(pause)
+
+    def flush(self, timeout: float = 10.0) -> None:
+        self.run_until(lambda: not (self.local.busy() or self.remote.busy()), timeout, "transfers to finish")
+
+    def close(self) -> None:
+        self.local.close()
+        self.remote.close()
+
+
+class SimpleSwitch:
+    """A Windows Sockets switch over the ``Provider`` protocol (``pytest_san.protocols.Switch``)."""
+
+    connection = SimpleConnection  # what ``connect`` builds (a subclass may build another)
+
+    def __init__(self, backend: Backend, *, message_size: int = 1024, message_count: int = 16,
+                 rdma_threshold: int | None = None) -> None:
+        self.backend = backend
+        self.defaults = {"rdma_threshold": rdma_threshold, "rdma_mode": "auto", "message_size": message_size,
+                         "message_count": message_count}
+        self.options(self.defaults)
+        self.connections: list[SimpleConnection] = []
+
+    def options(self, given: dict[str, Any]) -> dict[str, Any]:
+        """The options a connection uses: ``given`` over the defaults, checked (TypeError or ValueError)."""
+        unknown = sorted(set(given) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown connect() options: {', '.join(unknown)}")
+        chosen = {**self.defaults, **given}
+        threshold = chosen["rdma_threshold"]
+        if threshold is not None:
+            _whole("rdma_threshold", threshold, 0, 1 << 62)
+        if type(chosen["rdma_mode"]) is not str or chosen["rdma_mode"] not in MODES:
+            raise ValueError(f"rdma_mode must be one of {MODES}, got {chosen['rdma_mode']!r:.80}")
+        _whole("message_size", chosen["message_size"], MIN_MESSAGE_SIZE, MAX_MESSAGE_SIZE)
+        _whole("message_count", chosen["message_count"], MIN_MESSAGE_COUNT, MAX_MESSAGE_COUNT)
+        return chosen
+
+    def _process(self, where: object, default: int, name: str) -> Process:
+        if where is None:
+            nodes = self.backend.nodes
+            return nodes[min(default, len(nodes) - 1)].default_process
+        # By their methods (reading one costs nothing; a property may be a round trip to a lab's agent).
+        if callable(getattr(where, "spawn_process", None)):
+            return where.default_process  # type: ignore[attr-defined,no-any-return]
+        if callable(getattr(where, "alloc", None)) and callable(getattr(where, "buffer_at", None)):
+            return where  # type: ignore[return-value]
+        raise TypeError(f"{name} must be a node, a process or None, got {where!r:.80}")
+
+    def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,
+                **options: Any) -> SimpleConnection:
+        chosen = self.options(options)
+        a, b = self._process(process, 0, "process"), self._process(peer, 1, "peer")
+        conn = self.connection(self, a, b, **chosen)
+        self.connections.append(conn)
+        return conn
+
+    def close_all(self) -> None:
+        errors = []
+        for conn in self.connections:
+            for end in (conn.local, conn.remote):
+                try:
+                    end.close()
+                except SanError as exc:
+                    if exc.code is not WsaError.WSAENOTSOCK:
+                        errors.append(f"{end.name} of {end.socket!r}: {exc}")
+        self.connections.clear()
+        if errors:
+            raise SanError(WsaError.WSAEINVAL, "closing left errors: " + "; ".join(errors))
