@@ -184,40 +184,50 @@ def test_a_thread_is_named_by_its_process() -> None:
     assert nl.thread_group(2**22 + 1) == 2**22 + 1  # above any pid_max: no such task
 
 
+_SECOND_THREAD = """
+import json, os, sys, threading
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from hil.agent import rdma_netlink as nl
+from hil.agent.engines.verbs.witness import unowned_objects
+
+made, registered, release = [], threading.Event(), threading.Event()
+def register():
+    made.append(MR(pd, 12288, 7))
+    made.append(threading.get_native_id())
+    registered.set()
+    release.wait(60)
+
+with Context(name=sys.argv[1]) as ctx, PD(ctx) as pd:
+    worker = threading.Thread(target=register)
+    worker.start()
+    registered.wait(60)
+    during = [e for e in nl.read_resources(sys.argv[1])["mr"] if e.get("length") == 12288]
+    release.set()
+    worker.join()
+    after = nl.read_resources(sys.argv[1])
+    print(json.dumps({"pid": os.getpid(), "thread": made[1], "during": during,
+                      "after": [e for e in after["mr"] if e.get("length") == 12288],
+                      "unowned": unowned_objects(after)}))
+    made[0].close()
+"""
+
+
 @rdma
 def test_an_mr_made_by_a_second_thread_belongs_to_its_process() -> None:
     """Measured for issue 30 on rxe and siw (6.12): rsockets' listen thread makes an accepted socket's MRs,
     so a reading by pid showed 0 MRs for a connected server, and once that thread ended the MRs had no pid
-    at all. Here a thread of this process registers 12 KiB: the reader names this process as its owner
-    while the thread lives, and the witness lists it as unowned once the thread has ended."""
-    from pyverbs.device import Context  # type: ignore[import-not-found]
-    from pyverbs.mr import MR  # type: ignore[import-not-found]
-    from pyverbs.pd import PD  # type: ignore[import-not-found]
-
-    from hil.agent.engines.verbs.witness import unowned_objects
-
+    at all. Here a second thread of a pyverbs process registers 12 KiB: the reader names the process as the
+    MR's owner while the thread lives, and the witness lists it as unowned once the thread has ended."""
     device, _port = host.select_device(os.environ.get("SAN_DEVICE"))
-    made: list[Any] = []
-    registered, release = threading.Event(), threading.Event()
-
-    def register() -> None:
-        made.append(MR(pd, 12288, Access.READWRITE))
-        made.append(threading.get_native_id())
-        registered.set()
-        release.wait(60)
-
-    with Context(name=device) as ctx, PD(ctx) as pd:
-        worker = threading.Thread(target=register)
-        worker.start()
-        try:
-            assert registered.wait(60)
-            mrn_of = {e["mrn"]: e for e in nl.read_resources(device)["mr"] if e.get("length") == 12288}
-            ours = [e for e in mrn_of.values() if e.get("tgid") == os.getpid()]
-            assert [e["pid"] for e in ours] == [made[1]]
-        finally:
-            release.set()
-            worker.join()
-        after = nl.read_resources(device)
-        assert ["mr", ours[0]["mrn"]] in unowned_objects(after)
-        assert not [e for e in after["mr"] if e.get("mrn") == ours[0]["mrn"] and "pid" in e]
-        made[0].close()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = subprocess.run([host.pyverbs_python() or "python3", "-c", _SECOND_THREAD, device], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": root}, check=True).stdout
+    seen = json.loads(out)
+    ours = [e for e in seen["during"] if e.get("tgid") == seen["pid"]]
+    assert [e["pid"] for e in ours] == [seen["thread"]] and seen["thread"] != seen["pid"]
+    mrn = ours[0]["mrn"]
+    untagged = {k: v for k, v in ours[0].items() if k not in ("pid", "tgid")}
+    assert [e for e in seen["after"] if e["mrn"] == mrn] == [untagged]
+    assert ["mr", mrn] in seen["unowned"]
