@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SanError, WsaError
+from ..notes import add_note
 from ..protocols import Buffer, Call, Handle, Outcome, PendingOperation, Process, Provider, Proxy, Question, Socket
 from ..together import Earlier, first_failure, together
 from ..types import SO_MAX_RDMA_SIZE, Access, Status
@@ -15,14 +17,15 @@ from .session import HEADER, MORE, Kind, Message, messages, parse_src_avail, src
 if TYPE_CHECKING:
     from .connection import Connection
 
+__all__ = ["Endpoint", "add_note", "check_timeout", "raise_first"]
+
 
 @dataclasses.dataclass
 class _Incoming:
-    """Received application data in stream order; a large transfer is ready once its RDMA is done."""
+    """Received application data in stream order; a large transfer's is ready once its RDMA is done."""
 
     data: bytes | None = None
-    sink: Buffer | None = None
-    length: int = 0
+    sink: Buffer | None = None  # a large transfer's: where RDMA puts the bytes
     handle: Handle | None = None  # read mode: the sink's register_memory handle
     descriptor: bytes | None = None  # write mode: the sink's RDMA descriptor
     ops: list[PendingOperation] = dataclasses.field(default_factory=list)
@@ -30,16 +33,18 @@ class _Incoming:
 
 @dataclasses.dataclass
 class _Outgoing:
-    """A large send waiting for the peer: read mode holds a descriptor, write mode a handle and ops."""
+    """A large send in write mode: waiting for the peer's WRITE descriptor, then written."""
 
     source: Buffer
-    descriptor: bytes | None = None
     handle: Handle | None = None
     ops: list[PendingOperation] = dataclasses.field(default_factory=list)
 
 
 class Endpoint:
     """A connected SAN socket driven by the switch. ``.socket .process .provider .proxy`` (CONTRACT.md section 5)."""
+
+    send_handle: Handle | None = None  # the regions' registrations: none until ``regions_made``
+    recv_handle: Handle | None = None
 
     def __init__(self, conn: Connection, name: str, socket: Socket, process: Process) -> None:
         self.conn = conn
@@ -52,9 +57,9 @@ class Endpoint:
         self.closed = False
         self.error: str | None = None
         count = conn.message_count
-        self.send_handle: Handle | None = None
-        self.recv_handle: Handle | None = None
-        self.send_slots: list[Buffer] = []
+        self.send_region: Buffer  # these three once ``regions_made`` has both regions
+        self.recv_region: Buffer
+        self.send_slots: list[Buffer]
         self.free_slots = collections.deque(range(count))
         self.sends: dict[int, PendingOperation] = {}  # slot -> send in flight
         self.recvs: collections.deque[tuple[int, PendingOperation]] = collections.deque()
@@ -69,7 +74,8 @@ class Endpoint:
         self.incoming: collections.deque[_Incoming] = collections.deque()
         self.stream = bytearray()
         self.reading: collections.deque[_Incoming] = collections.deque()  # read mode, sinks being read
-        self.awaiting_read: collections.deque[_Outgoing] = collections.deque()  # read mode, sender side
+        self.offered: collections.deque[_Incoming] = collections.deque()  # write mode, sinks being written
+        self.awaiting_read: collections.deque[bytes] = collections.deque()  # read mode: our sources' descriptors
         self.awaiting_sink: collections.deque[_Outgoing] = collections.deque()  # write mode, sender side
         self.writing: collections.deque[_Outgoing] = collections.deque()  # write mode, writes in flight
 
@@ -84,15 +90,13 @@ class Endpoint:
             (self.provider, "register_memory", (self.socket, Earlier(first), Access.READ)),
             (self.provider, "register_memory", (self.socket, Earlier(first + 1), Access.WRITE))]
 
-    def regions_made(self, outcomes: list[Outcome]) -> None:
+    def regions_made(self, outcomes: list[tuple[bool, Any]]) -> None:
         """What ``regions`` got: kept, so that ``abandon`` releases what succeeded."""
         regions, handles = outcomes[:2], outcomes[2:]
         self.conn.trace += [(self.name, "register_memory") for ok, _ in regions if ok]  # a failed one's is unmade
-        (sent, send_handle), (received, recv_handle) = handles
-        self.send_handle = send_handle if sent else None
-        self.recv_handle = recv_handle if received else None
+        self.send_handle, self.recv_handle = (handle if ok else None for ok, handle in handles)
         if all(ok for ok, _ in regions):
-            self.send_region, self.recv_region = (cast(Buffer, value) for _, value in regions)
+            self.send_region, self.recv_region = (region for _, region in regions)
             size = self.conn.message_size
             self.send_slots = [self.send_region.view(i * size, size) for i in range(self.conn.message_count)]
 
@@ -101,14 +105,20 @@ class Endpoint:
         return [(self.provider, "recv", (self.socket, [(self._recv_slot(slot), self.recv_handle)]))
                 for slot in range(self.conn.message_count)]
 
-    def receives_made(self, outcomes: list[Outcome]) -> None:
-        self.recvs.extend((slot, cast(PendingOperation, op)) for slot, (ok, op) in enumerate(outcomes) if ok)
+    def receives_made(self, outcomes: list[tuple[bool, Any]]) -> None:
+        self.recvs.extend((slot, op) for slot, (ok, op) in enumerate(outcomes) if ok)
 
     # -- provider calls, traced so a scenario can see what the switch asked for (R9, R10)
 
     def _call(self, method: str, *args: Any) -> Any:
         self.conn.trace.append((self.name, method))
         return getattr(self.provider, method)(self.socket, *args)
+
+    def _post(self, first: Call, method: str, slot: Buffer, handle: Handle | None) -> list[tuple[bool, Any]]:
+        """``first`` (a message slot's read or write), then the provider's ``method`` (send or recv) on ``slot``:
+        made together (on a lab: one round trip), in that order, and traced."""
+        self.conn.trace.append((self.name, method))
+        return together(self.conn.switch.backend, [first, (self.provider, method, (self.socket, [(slot, handle)]))])
 
     def _room(self) -> int:
         """The payload one message holds."""
@@ -118,19 +128,15 @@ class Endpoint:
         size = self.conn.message_size
         return self.recv_region.view(slot * size, size)
 
-    def _take(self, slot: int, nbytes: int) -> bytes:
-        """The message in receive slot ``slot``, and a receive posted there again: together (on a lab: one round
-        trip), the read first."""
-        handle = self.recv_handle
-        assert handle is not None
+    def _take(self, slot: int) -> bytes:
+        """The message in receive slot ``slot``, and a receive posted there again: the read first."""
         size = self.conn.message_size
-        (read, data), (posted, op) = together(self.conn.switch.backend, [
-            (self.recv_region, "read", (nbytes, slot * size)),
-            (self.provider, "recv", (self.socket, [(self._recv_slot(slot), handle)]))])
+        (read, data), (posted, op) = self._post((self.recv_region, "read", (size, slot * size)), "recv",
+                                                self._recv_slot(slot), self.recv_handle)
         if posted:
-            self.recvs.append((slot, cast(PendingOperation, op)))
+            self.recvs.append((slot, op))
         raise_first([(read, data), (posted, op)])
-        return cast(bytes, data)
+        return data  # type: ignore[no-any-return]
 
     # -- the application's side
 
@@ -143,17 +149,15 @@ class Endpoint:
         if len(data) > self.conn.rdma_threshold:
             source = self.process.alloc(len(data))
             source.write(data)
+            desc = b""  # write mode: the peer offers a WRITE descriptor for it
             if self.conn.read_mode(self.peer):
-                desc = self._call("register_rdma_memory", source, Access.READ)
-                self.awaiting_read.append(_Outgoing(source, descriptor=desc))
-                self.outbox.extend(src_avail(len(data), bytes(desc), self._room()))
+                desc = bytes(self._call("register_rdma_memory", source, Access.READ))
+                self.awaiting_read.append(desc)
             else:
                 self.awaiting_sink.append(_Outgoing(source))
-                self.outbox.extend(src_avail(len(data), b"", self._room()))
+            self.outbox.extend(src_avail(len(data), desc, self._room()))
         else:
-            chunk = self._room()
-            for i in range(0, len(data), chunk):
-                self.outbox.append(Message(Kind.DATA, bytes(data[i:i + chunk])))
+            self.outbox.extend(messages(Kind.DATA, data, self._room()))
         # Only our own side moves now; the peer's switch acts when its application calls recv.
         self.progress()
 
@@ -170,42 +174,19 @@ class Endpoint:
         return out
 
     def close(self) -> None:
-        """R11: deregister every region no pending operation uses, then close the socket.
-
-        Every release is attempted, and the socket closed, even when one of them fails; the first
-        failure is raised afterwards.
-        """
+        """R11: deregister every region no pending operation uses, then close the socket (also when a
+        deregistration fails: the provider releases the rest, and the first failure is raised)."""
         if self.closed:
             return
         self.closed = True
-        busy_recv = any(not op.done() for _, op in self.recvs)
-        busy_send = any(not op.done() for op in self.sends.values())
-        releases: list[tuple[str, Any]] = []
-        if not busy_send and self.send_handle is not None:
-            releases.append(("deregister_memory", self.send_handle))
-        if not busy_recv and self.recv_handle is not None:
-            releases.append(("deregister_memory", self.recv_handle))
-        for item in self.incoming:
-            if item.handle is not None and not any(not op.done() for op in item.ops):
-                releases.append(("deregister_memory", item.handle))
-            if item.descriptor is not None:
-                releases.append(("deregister_rdma_memory", item.descriptor))
-        for out in (*self.awaiting_read, *self.writing):
-            if out.descriptor is not None:
-                releases.append(("deregister_rdma_memory", out.descriptor))
-            if out.handle is not None and not any(not op.done() for op in out.ops):
-                releases.append(("deregister_memory", out.handle))
         if self.socket.closed or not self.process.alive:
             return  # the socket is already gone (the process died): the provider released it
-        failure: Exception | None = None
-        for method, key in releases:
-            try:
-                self._call(method, key)
-            except Exception as exc:
-                failure = failure or exc
-        self._call("close_socket")
-        if failure is not None:
-            raise failure
+        try:
+            for method, key, ops in self._registered():
+                if key is not None and all(op.done() for op in ops):
+                    self._call(method, key)
+        finally:
+            self._call("close_socket")
 
     def abandon(self, failure: BaseException) -> None:
         """Release what this endpoint built (a connect failed); a failure to do so is noted on ``failure``."""
@@ -214,13 +195,25 @@ class Endpoint:
         except Exception as exc:
             add_note(failure, f"while releasing the half-built {self.name} endpoint: {exc!r}")
 
+    def _registered(self) -> Iterator[tuple[str, Handle | None, Iterable[PendingOperation]]]:
+        """Everything the switch registered on the socket and holds: how it is deregistered, its key, and the
+        operations that use it."""
+        yield "deregister_memory", self.send_handle, self.sends.values()
+        yield "deregister_memory", self.recv_handle, (op for _, op in self.recvs)
+        for item in self.reading:
+            yield "deregister_memory", item.handle, item.ops
+        for out in self.writing:
+            yield "deregister_memory", out.handle, out.ops
+        for item in self.offered:
+            yield "deregister_rdma_memory", item.descriptor, ()
+        for desc in self.awaiting_read:
+            yield "deregister_rdma_memory", desc, ()
+
     # -- progress
 
     def _ready(self) -> int:
         while self.incoming and self.incoming[0].data is not None:
-            data = self.incoming.popleft().data
-            assert data is not None
-            self.stream += data
+            self.stream += self.incoming.popleft().data or b""
         return len(self.stream)
 
     def _check(self) -> None:
@@ -235,80 +228,73 @@ class Endpoint:
         self.error = self.error or f"{what} completed {status.name}"
         return True
 
+    def _finished(self, ops: list[PendingOperation], what: str) -> bool:
+        """Every one of ``ops`` done and succeeded (one that failed puts the endpoint in error)."""
+        return all(op.done() for op in ops) and not any(self._failed(what, op.wait().status) for op in ops)
+
     def questions(self) -> list[Question]:
         """What ``progress`` asks of the operations in flight: whether each is done."""
-        if self.closed or self.error:
-            return []
-        ops = [*self.sends.values(), *(op for _, op in self.recvs)]
-        ops += [op for item in self.reading for op in item.ops] + [op for out in self.writing for op in out.ops]
-        return [(op, "done", ()) for op in ops]
+        return [(op, "done", ()) for _, _, ops in self._registered() for op in ops]
 
     def progress(self) -> bool:
-        """Reap completions, handle messages, start what credits allow; True if anything moved."""
-        if self.closed or self.error:
-            return False
-        moved = self._reap_sends()
-        while self.recvs and self.recvs[0][1].done():
-            slot, op = self.recvs.popleft()
-            done = op.wait(0)
-            if self._failed("receive", done.status):
-                return True
-            msg = Message.decode(self._take(slot, done.bytes))
-            self.to_return += 1
-            if msg.kind is not Kind.CREDIT:
-                self.owed += 1
-            self.credits += msg.credits
-            moved = True
-            if msg.flags & MORE:  # a payload longer than one message: the rest follows
-                self.partial += msg.payload
-                continue
-            if self.partial:
-                msg = Message(msg.kind, self.partial + msg.payload, msg.credits)
-                self.partial = b""
-            self._handle(msg)
-        moved = self._advance_rdma() or moved
-        return self._flush() or moved
+        """Reap completions, handle messages, start what credits allow; True if it made a provider call (then
+        more may be possible at once)."""
+        before = len(self.conn.trace)
+        for step in (self._reap_sends, self._receive, self._advance_rdma, self._flush):
+            if self.closed or self.error:
+                break
+            step()
+        return len(self.conn.trace) > before
 
-    def _reap_sends(self) -> bool:
-        moved = False
+    def _reap_sends(self) -> None:
         for slot, op in list(self.sends.items()):
             if op.done():
                 del self.sends[slot]
                 self.free_slots.append(slot)
-                self._failed("send", op.wait(0).status)
-                moved = True
-        return moved
+                self._failed("send", op.wait().status)
 
-    def _handle(self, msg: Message) -> None:
-        if msg.kind is Kind.DATA:
-            self.incoming.append(_Incoming(data=msg.payload))
-        elif msg.kind is Kind.SRC_AVAIL:
-            length, desc = parse_src_avail(msg)
+    def _receive(self) -> None:
+        while self.recvs and self.recvs[0][1].done():
+            slot, op = self.recvs.popleft()
+            if self._failed("receive", op.wait().status):
+                return
+            msg = Message.decode(self._take(slot))
+            self.to_return += 1
+            if msg.kind is not Kind.CREDIT:
+                self.owed += 1
+            self.credits += msg.credits
+            self.partial += msg.payload
+            if not msg.flags & MORE:  # else a payload longer than one message: the rest follows
+                self._handle(msg.kind, self.partial)
+                self.partial = b""
+
+    def _handle(self, kind: Kind, payload: bytes) -> None:
+        if kind is Kind.DATA:
+            self.incoming.append(_Incoming(data=payload))
+        elif kind is Kind.SRC_AVAIL:
+            length, desc = parse_src_avail(Message(kind, payload))
             sink = self.process.alloc(length)
-            item = _Incoming(sink=sink, length=length)
+            item = _Incoming(sink=sink)
             self.incoming.append(item)
             if desc:  # read mode: pull the bytes from the sender's READ descriptor
                 item.handle = self._call("register_memory", sink, Access.WRITE)
                 self._rdma_chunks(item.ops, "rdma_read", sink, item.handle, desc)
                 self.reading.append(item)
             else:  # write mode: let the sender write into a WRITE descriptor
-                item.descriptor = self._call("register_rdma_memory", sink, Access.WRITE)
-                self.outbox.extend(messages(Kind.SINK_AVAIL, bytes(item.descriptor), self._room()))
-        elif msg.kind is Kind.SINK_AVAIL:
+                item.descriptor = bytes(self._call("register_rdma_memory", sink, Access.WRITE))
+                self.offered.append(item)
+                self.outbox.extend(messages(Kind.SINK_AVAIL, item.descriptor, self._room()))
+        elif kind is Kind.SINK_AVAIL:
             out = self.awaiting_sink.popleft()
             out.handle = self._call("register_memory", out.source, Access.READ)
-            self._rdma_chunks(out.ops, "rdma_write", out.source, out.handle, msg.payload)
+            self._rdma_chunks(out.ops, "rdma_write", out.source, out.handle, payload)
             self.writing.append(out)
-        elif msg.kind is Kind.RD_COMPL:
-            out = self.awaiting_read.popleft()
-            assert out.descriptor is not None
-            self._call("deregister_rdma_memory", out.descriptor)
-        elif msg.kind is Kind.WR_COMPL:
-            item = next(i for i in self.incoming if i.descriptor is not None)
-            assert item.descriptor is not None and item.sink is not None
+        elif kind is Kind.RD_COMPL:
+            self._call("deregister_rdma_memory", self.awaiting_read.popleft())
+        elif kind is Kind.WR_COMPL:
+            item = self.offered.popleft()
             self._call("deregister_rdma_memory", item.descriptor)
-            item.descriptor = None
-            item.data = item.sink.read(item.length)
+            item.data = _read(item.sink)
 
     def _rdma_chunks(self, ops: list[PendingOperation], method: str, local: Buffer, handle: Handle,
                      descriptor: bytes) -> None:
@@ -317,34 +303,17 @@ class Endpoint:
             part = local.view(offset, min(step, local.length - offset))
             ops.append(self._call(method, [(part, handle)], descriptor, offset))
 
-    def _advance_rdma(self) -> bool:
-        moved = False
-        while self.reading and all(op.done() for op in self.reading[0].ops):
+    def _advance_rdma(self) -> None:
+        while self.reading and self._finished(self.reading[0].ops, "RDMA read"):
             item = self.reading.popleft()
-            for op in item.ops:
-                self._failed("RDMA read", op.wait(0).status)
-            if self.error:
-                return True
-            assert item.handle is not None and item.sink is not None
             self._call("deregister_memory", item.handle)
-            item.handle = None
-            item.data = item.sink.read(item.length)
+            item.data = _read(item.sink)
             self.outbox.append(Message(Kind.RD_COMPL))
-            moved = True
-        while self.writing and all(op.done() for op in self.writing[0].ops):
-            out = self.writing.popleft()
-            for op in out.ops:
-                self._failed("RDMA write", op.wait(0).status)
-            if self.error:
-                return True
-            assert out.handle is not None
-            self._call("deregister_memory", out.handle)
+        while self.writing and self._finished(self.writing[0].ops, "RDMA write"):
+            self._call("deregister_memory", self.writing.popleft().handle)
             self.outbox.append(Message(Kind.WR_COMPL))
-            moved = True
-        return moved
 
-    def _flush(self) -> bool:
-        moved = False
+    def _flush(self) -> None:
         threshold = max(1, self.conn.message_count // 2)
         if (self.owed >= threshold or self.to_return >= self.conn.message_count - 1) and not self.outbox:
             self.outbox.append(Message(Kind.CREDIT))
@@ -360,33 +329,27 @@ class Endpoint:
             self.to_return = self.owed = 0
             self.credits -= 1
             buf = self.send_slots[slot]
-            handle = self.send_handle
-            assert handle is not None
-            # The message into its slot, then the send: together (on a lab: one round trip), in that order.
-            (wrote, error), (sent, op) = together(self.conn.switch.backend, [
-                (buf, "write", (raw,)), (self.provider, "send", (self.socket, [(buf.view(0, len(raw)), handle)]))])
+            (wrote, error), (sent, op) = self._post((buf, "write", (raw,)), "send", buf.view(0, len(raw)),
+                                                    self.send_handle)
             if sent:
-                self.sends[slot] = cast(PendingOperation, op)
+                self.sends[slot] = op
             raise_first([(wrote, error), (sent, op)])
-            moved = True
-        return moved
 
     def idle(self) -> bool:
         """Nothing of ours is waiting to be sent or transferred."""
         return not (self.outbox or self.awaiting_read or self.awaiting_sink or self.writing or self.reading)
 
 
+def _read(sink: Buffer | None) -> bytes:
+    """All of a large transfer's sink."""
+    assert sink is not None
+    return sink.read()
+
+
 def raise_first(outcomes: list[Outcome]) -> None:
     failure = first_failure(outcomes)
     if failure is not None:
         raise failure
-
-
-def add_note(failure: BaseException, note: str) -> None:
-    """``failure.add_note(note)`` where Python has it (3.11+)."""
-    add = getattr(failure, "add_note", None)
-    if add is not None:
-        add(note)
 
 
 def check_timeout(timeout: object) -> None:
