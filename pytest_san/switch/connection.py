@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from ..protocols import Process, Socket
+from ..protocols import Call, Outcome, Process, Socket
 from ..together import asking, together
 from ..types import SO_RDMA_THRESHOLD_SIZE
 from .endpoint import Endpoint, check_timeout, raise_first
@@ -14,16 +14,24 @@ from .endpoint import Endpoint, check_timeout, raise_first
 if TYPE_CHECKING:
     from .switch import Switch
 
+FLUSH_TIMEOUT = 10.0
+"""Seconds ``flush`` waits by default."""
+
 
 class Connection:
     """``local`` and ``remote`` endpoints of one connected socket pair."""
 
+    rdma_threshold: int
+    """R10: sends longer than this many bytes move by RDMA (the provider's SO_RDMA_THRESHOLD_SIZE unless the
+    connect gave one)."""
+
     def __init__(self, switch: Switch, a: tuple[Socket, Process], b: tuple[Socket, Process], *,
                  rdma_threshold: int | None, rdma_mode: str, message_size: int, message_count: int) -> None:
-        """``rdma_threshold``: None asks the local end's provider (SO_RDMA_THRESHOLD_SIZE)."""
+        """``rdma_threshold``: None asks the local end's provider (SO_RDMA_THRESHOLD_SIZE).
+
+        All or nothing: a build that fails closes both ends (each releases what it got, and its socket)
+        before the failure is raised."""
         self.switch = switch
-        self._ask_threshold = rdma_threshold is None
-        self.rdma_threshold: int = rdma_threshold if rdma_threshold is not None else 0
         self.rdma_mode = rdma_mode
         self.message_size = message_size
         self.message_count = message_count
@@ -32,27 +40,27 @@ class Connection:
         self.remote = Endpoint(self, "remote", *b)
         self.local.peer, self.remote.peer = self.remote, self.local
         try:
-            self._build()
-        except BaseException as exc:  # all or nothing: what was built is released before the failure is raised
-            self.local.abandon(exc)
-            self.remote.abandon(exc)
+            self._build(rdma_threshold)
+        except BaseException:
+            self.close()  # a failure to release is raised instead, the connect's own chained to it
             raise
 
-    def _build(self) -> None:
-        """Both ends at once (on a lab: every host's calls in one round trip): their regions and registrations,
-        the threshold if it was not given, then their receives; the first failure is raised."""
-        ends = (self.local, self.remote)
+    def _together(self, calls: list[Call]) -> list[Outcome]:
+        """On a lab: every host's calls in one round trip."""
+        return together(self.switch.backend, calls)
+
+    def _build(self, threshold: int | None) -> None:
+        """Both ends at once: their regions and registrations, the threshold if it was not given, then their
+        receives; the first failure is raised."""
         calls = [*self.local.regions(), *self.remote.regions(4)]
-        asked = self._ask_threshold
-        if asked:
+        if threshold is None:
             calls.append((self.local.provider, "getsockopt", (self.local.socket, SO_RDMA_THRESHOLD_SIZE)))
-        made = together(self.switch.backend, calls)
-        for i, end in enumerate(ends):
-            end.regions_made(made[4 * i:4 * i + 4])
+        made = self._together(calls)
+        self.local.regions_made(made[:4])
+        self.remote.regions_made(made[4:8])
         raise_first(made)
-        if asked:
-            self.rdma_threshold = cast(int, made[-1][1])
-        posts = together(self.switch.backend, [*self.local.receives(), *self.remote.receives()])
+        self.rdma_threshold = made[-1][1] if threshold is None else threshold  # type: ignore[assignment]
+        posts = self._together([*self.local.receives(), *self.remote.receives()])
         count = self.message_count
         self.local.receives_made(posts[:count])
         self.remote.receives_made(posts[count:])
@@ -65,9 +73,9 @@ class Connection:
         return self.rdma_mode == "read"
 
     def progress(self) -> bool:
+        """Both ends, until neither moves; whether anything moved. Whether each pending operation is done is
+        asked of both ends at once (on a lab: one round trip for both hosts)."""
         moved = False
-        # Drive both ends until neither moves: one call settles everything already possible. Whether each
-        # pending operation is done is asked of both ends at once (on a lab: one round trip for both hosts).
         while True:
             with asking(self.switch.backend, self.local.questions() + self.remote.questions()):
                 if not self.local.progress() | self.remote.progress():
@@ -75,30 +83,28 @@ class Connection:
             moved = True
 
     def run_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Drive both ends until ``condition()``; TimeoutError naming ``what`` after ``timeout`` seconds.
+
+        It polls without pausing: on the emulator everything possible happens in one round, and on a lab each
+        round asks the hosts (a round trip) whether what is pending is done."""
         check_timeout(timeout)
         if not callable(condition):
             raise TypeError(f"run_until needs a condition to call, got {condition!r:.80}")
         deadline = time.monotonic() + timeout
-        pause = 0.0
-        while True:
-            if condition():
-                return
+        while not condition():
             for end in (self.local, self.remote):
                 end._check()
-            moved = self.progress()
+            self.progress()
             if time.monotonic() >= deadline:  # also while things move: a livelock must not hang the caller
                 raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-            if moved:
-                pause = 0.0
-                continue
-            # Nothing moved: completions come from elsewhere (a remote host). Back off gently.
-            time.sleep(pause)
-            pause = min(0.01, pause * 2 or 0.0002)
 
-    def flush(self, timeout: float = 10.0) -> None:
+    def flush(self, timeout: float = FLUSH_TIMEOUT) -> None:
         """Until every queued send and large transfer on both ends has finished."""
         self.run_until(lambda: self.local.idle() and self.remote.idle(), timeout, "transfers to finish")
 
     def close(self) -> None:
-        self.local.close()
-        self.remote.close()
+        """Both ends, the remote one even when closing the local one fails."""
+        try:
+            self.local.close()
+        finally:
+            self.remote.close()

@@ -47,8 +47,9 @@ class Message:
 
 
 def messages(kind: Kind, payload: bytes, room: int) -> list[Message]:
-    """``payload`` as messages of ``kind`` whose payloads hold at most ``room`` bytes each."""
-    parts = [payload[i:i + room] for i in range(0, len(payload), room)] or [b""]
+    """``payload`` as messages of ``kind`` whose payloads hold at most ``room`` bytes each. The payloads the
+    switch sends this way are never empty: a length, or a descriptor (a provider's bytes, 1 or more)."""
+    parts = [payload[i:i + room] for i in range(0, len(payload), room)]
     return [Message(kind, part, flags=MORE if i < len(parts) - 1 else 0) for i, part in enumerate(parts)]
 
 

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from ..errors import SanError, WsaError
-from ..protocols import Backend, Node, Process, Socket
+from ..protocols import Backend, Node, Process
 from ..types import is_int as _is_int
 from .connection import Connection
-from .endpoint import add_note
-from .session import HEADER, LENGTH
+from .session import HEADER
 
 RDMA_MODES = ("auto", "read", "write")
 OPTIONS = ("rdma_threshold", "rdma_mode", "message_size", "message_count")
-MAX_DESCRIPTOR = 48
-"""Room the smallest message slot has for an RDMA descriptor (a SRC_AVAIL message carries one): pytest-san's
-providers' fit in one message; a provider's longer ones travel in several (session.MORE)."""
-MIN_MESSAGE_SIZE = HEADER.size + LENGTH.size + MAX_DESCRIPTOR
+MESSAGE_SIZE = 4096
+"""A connection's message size unless its connect gives one (docs/downstream.md)."""
+MESSAGE_COUNT = 8
+"""A connection's message count (receives posted per end) unless its connect gives one."""
+MIN_MESSAGE_SIZE = HEADER.size + 1
+"""A header and one byte: a payload longer than a message holds (a descriptor, or application data) travels in
+several (session.MORE)."""
 MAX_MESSAGE_SIZE = 1 << 20
 MIN_MESSAGE_COUNT = 3
 """A sender spends its last credit only on a message that returns credits, so with one receive buffer an end
 could never send data first, and with two the ends would answer each other's credit-only messages for ever."""
 MAX_MESSAGE_COUNT = 1024
-
 
 
 def check_options(rdma_threshold: object, rdma_mode: object, message_size: object, message_count: object) -> None:
@@ -45,26 +46,20 @@ def check_options(rdma_threshold: object, rdma_mode: object, message_size: objec
 class Switch:
     """Opens connected SAN sockets, registers their message memory, moves data, tears down."""
 
-    def __init__(self, backend: Backend, *, message_size: int = 4096, message_count: int = 8,
-                 rdma_threshold: int | None = None, rdma_mode: str = "auto") -> None:
-        check_options(rdma_threshold, rdma_mode, message_size, message_count)
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
-        self.message_size = message_size
-        self.message_count = message_count
-        self.rdma_threshold = rdma_threshold
-        self.rdma_mode = rdma_mode
         self.connections: list[Connection] = []
 
     def _process(self, where: Node | Process | None, default: int, name: str) -> Process:
         if where is None:
-            nodes = self.backend.nodes
-            return nodes[min(default, len(nodes) - 1)].default_process
+            # The node of index ``default``, or the last one when the backend has fewer.
+            return self.backend.nodes[:default + 1][-1].default_process
         # By the class's attributes: isinstance() on a runtime protocol reads every property before Python
         # 3.12 (``alive``, ``default_process``: each a round trip to a lab's agent).
         if _has(where, Node):
-            return cast(Node, where).default_process
+            return where.default_process  # type: ignore[union-attr]
         if _has(where, Process):
-            return cast(Process, where)
+            return where  # type: ignore[return-value]
         raise TypeError(f"{name} must be a node, a process or None, got {where!r:.80}")
 
     def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,
@@ -78,21 +73,16 @@ class Switch:
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise TypeError(f"unknown connect() options: {', '.join(unknown)}")
-        threshold = options.get("rdma_threshold", self.rdma_threshold)
-        mode = options.get("rdma_mode", self.rdma_mode)
-        size = options.get("message_size", self.message_size)
-        count = options.get("message_count", self.message_count)
+        threshold = options.get("rdma_threshold")
+        mode = options.get("rdma_mode", "auto")
+        size = options.get("message_size", MESSAGE_SIZE)
+        count = options.get("message_count", MESSAGE_COUNT)
         check_options(threshold, mode, size, count)
         a = self._process(process, 0, "process")
         b = self._process(peer, 1, "peer")
         sa, sb = self.backend.connect_sockets(a, b)
-        try:
-            conn = Connection(self, (sa, a), (sb, b), rdma_threshold=threshold, rdma_mode=mode,
-                              message_size=size, message_count=count)
-        except BaseException as exc:
-            for sock, owner in ((sa, a), (sb, b)):
-                _close_quietly(exc, sock, owner)
-            raise
+        conn = Connection(self, (sa, a), (sb, b), rdma_threshold=threshold, rdma_mode=mode,
+                          message_size=size, message_count=count)
         self.connections.append(conn)
         return conn
 
@@ -112,17 +102,7 @@ class Switch:
 
 
 def _has(obj: object, protocol: type) -> bool:
-    """``obj``'s class has every member of ``protocol`` (read from the classes, nothing evaluated)."""
-    members = {name for klass in protocol.__mro__ if klass is not object
-               for name in (*vars(klass), *getattr(klass, "__annotations__", {}))
-               if not name.startswith("_")}
+    """``obj``'s class, or its own attributes, have every public member of ``protocol`` (read from the
+    classes and the instance's ``__dict__``: no property is evaluated)."""
+    members = [name for name in vars(protocol) if not name.startswith("_")]
     return all(hasattr(type(obj), name) or name in getattr(obj, "__dict__", {}) for name in members)
-
-
-def _close_quietly(failure: BaseException, sock: Socket, owner: Process) -> None:
-    """Close ``sock`` unless it is gone already; a failure to do so is noted on ``failure``, not raised."""
-    try:
-        if not sock.closed and owner.alive:
-            owner.node.provider.close_socket(sock)
-    except Exception as exc:  # the connect's own failure is the one to report
-        add_note(failure, f"while releasing the half-built connection, closing {sock!r} failed: {exc!r}")
