@@ -13,6 +13,7 @@ from hil.controller.connecting import connect_many
 from hil.controller.errors import AgentError, BackendBroken
 from hil.controller.kernel import KernelLog
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
+from hil.controller.observed import RemoteObserved, spawn_observed
 from hil.controller.remote import Remote, RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
 from hil.controller.together import together
 from hil.inventory import HostConfig
@@ -254,6 +255,12 @@ class HilBackend:
                          for target, method, args in calls):
             return self.connect_many([(args[0], args[1]) for _, _, args in calls])  # type: ignore[misc]
         return together(calls)
+
+    def spawn_observed(self, node: Node, program: str) -> RemoteObserved:
+        """A process running ``program`` on ``node``'s host, under observation (pytest_san.observed.Observing)."""
+        if not isinstance(node, RemoteNode):
+            raise TypeError(f"spawn_observed takes a node of this backend, got {node!r:.80}")
+        return spawn_observed(node, program)
 
     def answering(self, questions: Sequence[Question]) -> contextlib.AbstractContextManager[None]:
         """``questions`` asked of every agent at once (pytest_san.protocols.Answering)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 OBJECTS: dict[str, frozenset[str]] = {
     "engine": frozenset({"hello", "connect_local", "socket_listen", "socket_connect", "peer_closed", "leaks",
                          "reset", "faults", "kernel_reading", "kernel_readings", "end_session"}),
-    "node": frozenset({"spawn_process", "default_process"}),
+    "node": frozenset({"spawn_process", "default_process", "spawn_observed"}),
     "process": frozenset({"alloc", "read", "write", "buffer_read", "buffer_write", "kill", "alive"}),
     "provider": frozenset({"register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory",
                            "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv",
@@ -21,6 +21,7 @@ OBJECTS: dict[str, frozenset[str]] = {
     "socket": frozenset({"state"}),
     "operation": frozenset({"done", "wait"}),
     "allocation": frozenset({"info"}),
+    "observed": frozenset({"describe", "call", "start", "finish", "kernel", "exit", "kill"}),  # hil/agent/rsockets
 }
 
 CHILD = frozenset((

@@ -16,6 +16,7 @@ from hil.agent.engines.verbs.devices import device_address, select_device
 from hil.agent.engines.verbs.proxy import PinnedProxy, host_capabilities
 from hil.agent.engines.verbs.quirks import applied, driver_of
 from hil.agent.engines.verbs.witness import KernelWitness
+from hil.agent.rsockets.driver import RsocketsChild, rsockets_library
 from pytest_san import checks
 from pytest_san.contract import (
     SanError,
@@ -252,6 +253,10 @@ class VerbsNode:
     def spawn_process(self) -> ModelledProcess:
         return self.engine.spawn()
 
+    def spawn_observed(self, program: str) -> RsocketsChild:
+        """A process under observation running ``program`` (``"rsockets"``: ``hil.agent.rsockets``)."""
+        return self.engine.spawn_observed(program)
+
 
 class VerbsEngine:
     """What the agent dispatches to on a verbs host: the node, its provider and proxy, its processes."""
@@ -276,6 +281,19 @@ class VerbsEngine:
         self.proxy = VerbsProxy(self, PinnedProxy(host))
         self.default_process = self.spawn(spare=False)  # a spare only once processes are spawned: a quick hello
         self.faults = None
+        self.observed: list[RsocketsChild] = []  # processes under observation (killed at reset and close)
+
+    def spawn_observed(self, program: str) -> RsocketsChild:
+        if program != "rsockets":
+            raise ValueError(f"no program {program!r} to observe on {self.host} (there is: rsockets)")
+        child = RsocketsChild(self.device, self.address)
+        self.observed.append(child)
+        return child
+
+    def _end_observed(self) -> None:
+        for child in self.observed:
+            child.kill()
+        self.observed = []
 
     def spawn(self, *, spare: bool = True) -> ModelledProcess:
         """A new process: the spare child started after the last spawn when it came up, else a fresh one;
@@ -303,6 +321,8 @@ class VerbsEngine:
         # reference_order: its checks are pytest_san.checks', in their order (the agent's and the child's stages).
         caps = set(host_capabilities(self.proxy.pinned, self.default_process.child.hello)) | {"process_kill",
                                                                                             checks.REFERENCE_ORDER}
+        if rsockets_library() is not None:
+            caps.add("rsockets")  # librdmacm's rsocket calls, for a switch under observation
         return {"engine": self.name, "capabilities": sorted(caps),
                 "nodes": [{"name": self.host, "node": self.node, "provider": self.provider, "proxy": self.proxy}],
                 "device": self.device, "port": self.port, "address": self.address, "netdev": self.netdev,
@@ -404,6 +424,7 @@ class VerbsEngine:
         """Spawned processes end (the kernel drops whatever they held); the default one is kept, with
         its sockets closed, unless it died or holds much memory: starting a pyverbs process is slow.
         After a test whose leak check found something, the kernel is read again once the reset is done."""
+        self._end_observed()
         default = self.default_process
         keep = default.alive and default.allocated < RECYCLE_BYTES
         for process in self.processes:
@@ -424,6 +445,7 @@ class VerbsEngine:
         del self._exited[:-64]  # judged at least once after they ended: a long session keeps the last ones
 
     def close(self) -> None:
+        self._end_observed()
         spare, self._spare = self._spare, None
         if spare is not None:
             spare.close()
@@ -478,4 +500,4 @@ class VerbsEngine:
 
 _KINDS = {"VerbsEngine": "engine", "VerbsNode": "node", "ModelledProcess": "process", "VerbsProvider": "provider",
           "VerbsProxy": "proxy", "VerbsSocket": "socket", "VerbsOperation": "operation",
-          "HostAllocation": "allocation", "HostDmaAdapter": "adapter"}
+          "HostAllocation": "allocation", "HostDmaAdapter": "adapter", "RsocketsChild": "observed"}

@@ -1,0 +1,55 @@
+"""The controller's stand-in for a process under observation on an agent (``hil/agent/rsockets``): it follows
+``pytest_san.observed.ObservedProcess``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from hil.controller.remote import Remote, RemoteNode
+from pytest_san.observed import Outcome
+
+if TYPE_CHECKING:
+    from pytest_san.observed import ObservedProcess
+
+SLACK = 60.0
+"""Seconds the controller waits beyond a call's own deadline: the agent measures a hung process for a second,
+reads the kernel twice and kills it before answering."""
+
+
+class RemoteObserved(Remote):
+    @property
+    def pid(self) -> int:
+        return int(self._call("describe")["pid"])
+
+    def call(self, call: str, args: Mapping[str, object] | None = None, deadline: float = 30.0) -> Outcome:
+        outcome: Outcome = self._call("call", call, dict(args or {}), deadline, timeout=deadline + SLACK)
+        return outcome
+
+    def start(self, call: str, args: Mapping[str, object] | None = None) -> int:
+        return int(self._call("start", call, dict(args or {})))
+
+    def finish(self, started: int, call: str, deadline: float = 30.0) -> Outcome:
+        outcome: Outcome = self._call("finish", started, call, deadline, timeout=deadline + SLACK)
+        return outcome
+
+    def kernel(self) -> Mapping[str, Any]:
+        held: Mapping[str, Any] = self._call("kernel")
+        return held
+
+    def exit(self, deadline: float = 30.0) -> Outcome:
+        outcome: Outcome = self._call("exit", deadline, timeout=deadline + SLACK)
+        return outcome
+
+    def kill(self) -> None:
+        self._call("kill")
+
+
+def spawn_observed(node: RemoteNode, program: str) -> RemoteObserved:
+    """A process running ``program`` on ``node``'s host, under observation."""
+    return node.session.obj(node._call("spawn_observed", program, timeout=120.0), RemoteObserved)
+
+
+# mypy checks the stand-in against its protocol (no runtime cost).
+if TYPE_CHECKING:
+    def _is_observed(p: RemoteObserved) -> ObservedProcess: return p
