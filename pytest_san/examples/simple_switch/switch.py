@@ -34,6 +34,8 @@ def _whole(name: str, value: object, low: int, high: int) -> int:
 class SimpleConnection:
     """Two endpoints, the parameters in force and the trace of the switch's provider calls."""
 
+    endpoint = SimpleEndpoint  # what each end is (a subclass may make another)
+
     def __init__(self, switch: SimpleSwitch, a: Process, b: Process, *, rdma_threshold: int | None,
                  rdma_mode: str, message_size: int, message_count: int) -> None:
         self.switch = switch
@@ -43,8 +45,8 @@ class SimpleConnection:
         self.rdma_threshold = 0 if rdma_threshold is None else rdma_threshold
         self.trace: list[tuple[str, str]] = []
         sa, sb = switch.backend.connect_sockets(a, b)
-        self.local = SimpleEndpoint(self, "local", sa, a)
-        self.remote = SimpleEndpoint(self, "remote", sb, b)
+        self.local = self.endpoint(self, "local", sa, a)
+        self.remote = self.endpoint(self, "remote", sb, b)
         self.local.peer, self.remote.peer = self.remote, self.local
         try:
             if rdma_threshold is None:
