@@ -217,7 +217,9 @@ class RsocketsChild:
         if reply is not None:
             return {k: reply[k] for k in ("result", "error") if k in reply}
         if not self.alive or self._eof:
-            return self._gone() or {"gone": f"child {self.pid} ended during {call}"}
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=5)  # its output ended: its exit code follows
+            return self._gone() or {"gone": f"child {self.pid} closed its output during {call}"}
         self.hang = self._hung(call, deadline)
         return {"hang": self.hang}
 
