@@ -3,9 +3,9 @@
 Every provider call checks all of its arguments before it changes anything, and a call with several faults
 is refused with the error of one of them. The contract lets a provider choose which (CONTRACT.md, section 4);
 pytest-san's two reference implementations, the emulator and the verbs engine, both report the fault that
-comes first in ``ORDER``, the table CONTRACT.md prints as "The reference order of checks". A backend whose
-nodes follow it declares the capability ``reference_order`` (``REFERENCE_ORDER``), and the model's
-differential mode then holds it to the table.
+comes first in ``ORDER``, the table CONTRACT.md prints as "The reference order of checks"
+(``pytest_san.contract_table`` renders it). A backend whose nodes follow it declares the capability
+``reference_order`` (``REFERENCE_ORDER``), and the model's differential mode then holds it to the table.
 
 Each call's checks run in stages, each needing less than the one before:
 
@@ -31,9 +31,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .contract import DESCRIPTOR_SIZE, MAX_SGE, SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, Access, SanError, WsaError
+from .contract import (
+    DESCRIPTOR_SIZE,
+    MAX_SGE,
+    SO_MAX_RDMA_SIZE,
+    SO_RDMA_THRESHOLD_SIZE,
+    Access,
+    SanError,
+    WsaError,
+    is_int,
+)
+
+if TYPE_CHECKING:
+    from typing import TypeGuard  # Python 3.10: the agent's 3.9 never evaluates the annotation
 
 REFERENCE_ORDER = "reference_order"
 """The capability of a backend whose every node reports the first fault of ``ORDER``."""
@@ -127,26 +139,14 @@ def answer(call: str, fault: str) -> str:
     return check.answer
 
 
-def markdown_table() -> list[str]:
-    """CONTRACT.md's table of the order, one line per row (tests/pytest_san/test_contract_doc.py keeps them equal)."""
-    lines = ["| # | check | the fault | answer | checked by |", "| --- | --- | --- | --- | --- |"]
-    for i, c in enumerate(CHECKS, 1):
-        calls = "every call" if c.calls == CALLS else ", ".join(f"`{call}`" for call in c.calls)
-        calls = calls.replace("`rdma_write`, `rdma_read`, `rdma_write_burst`, `rdma_read_burst`",
-                              "`rdma_write`, `rdma_read` and their bursts")
-        shown = c.answer if c.at_call else f"an error completion, {c.answer}"
-        lines.append(f"| {i} | `{c.id}` | {c.fault} | {shown} | {calls} |")
-    return lines
-
-
 # -- the checks, stage by stage ---------------------------------------------------------------------------
 
 
 def burst(count: object, depth: object) -> None:
     """Stage 1 of a burst: WSAEINVAL unless ``count`` and ``depth`` are integers >= 1."""
-    for name, value in (("count", count), ("depth", depth)):
-        if type(value) is not int or value < 1:
-            raise SanError(WsaError.WSAEINVAL, f"a burst's {name} is an integer >= 1, got {value!r:.80}")
+    if type(count) is not int or count < 1 or type(depth) is not int or depth < 1:
+        raise SanError(WsaError.WSAEINVAL, f"a burst's count and depth are integers >= 1, got {count!r:.40} and "
+                                           f"{depth!r:.40}")
 
 
 def socket(found: T | None, socket: object, where: str) -> T:
@@ -154,11 +154,6 @@ def socket(found: T | None, socket: object, where: str) -> T:
     if found is None:
         raise SanError(WsaError.WSAENOTSOCK, f"{socket!r:.80} is not an open socket of {where}")
     return found
-
-
-def _foreign(what: str, owner: object, caller: object) -> SanError:
-    return SanError(WsaError.WSAEFAULT, f"{what} is a buffer of pid {getattr(owner, 'pid', owner)!r:.40}, not in the "
-                                        f"address space of pid {getattr(caller, 'pid', caller)!r:.40}")
 
 
 def registration_objects(buffer: object, caller: object) -> tuple[Any, Any]:
@@ -169,35 +164,29 @@ def registration_objects(buffer: object, caller: object) -> tuple[Any, Any]:
     except AttributeError:
         raise TypeError(f"buffer must be a buffer (.address, .length, .process), got {buffer!r:.80}") from None
     if owner is not caller:
-        raise _foreign("buffer", owner, caller)
+        raise SanError(WsaError.WSAEFAULT, f"buffer is a buffer of pid {getattr(owner, 'pid', owner)!r:.40}, "
+                                           f"not in the address space of pid {getattr(caller, 'pid', caller)!r:.40}")
     return address, length
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _range(address: object, length: object, what: str) -> tuple[int, int]:
-    if not _is_int(address) or not _is_int(length):
-        raise SanError(WsaError.WSAEINVAL, f"{what}: address and length must be integers, "
-                                           f"got {address!r:.40} and {length!r:.40}")
-    if length < 0:  # type: ignore[operator]
-        raise SanError(WsaError.WSAEINVAL, f"{what}: a negative length ({length}) is no range of memory")
-    return int(address), int(length)  # type: ignore[call-overload]
+def _is_range(address: Any, length: Any) -> bool:
+    """A range of memory: an integer address and an integer length, not negative."""
+    return is_int(address) and is_int(length) and length >= 0
 
 
 _ACCESS = {1: Access.READ, 2: Access.WRITE, 3: Access.READWRITE}
 
 
-def registration_values(kind: str, address: object, length: object, access: object, descriptor_size: object,
+def registration_values(kind: str, address: Any, length: Any, access: object, descriptor_size: object,
                         not_connected: str | None,
                         resolve: Callable[[int, int], tuple[T | None, int]]) -> tuple[int, int, Access, T, int]:
     """Stage 4 of a registration (``kind`` "memory" or "rdma"): the range, the access, the descriptor size
     (rdma), then the provider's state: ``not_connected`` (why the socket is not connected, or None) and
     ``resolve(address, length)``: the caller's memory holding the range and the range's offset in it, the
     memory None when the range is not wholly mapped. (address, length, access, memory, offset)."""
-    if type(address) is not int or type(length) is not int or length < 0:
-        address, length = _range(address, length, "buffer")
+    if not _is_range(address, length):
+        raise SanError(WsaError.WSAEINVAL, f"buffer: address and length must be integers, the length not negative, "
+                                           f"got {address!r:.40} and {length!r:.40}")
     if length == 0:
         raise SanError(WsaError.WSAEFAULT, "an empty buffer cannot be registered")
     # Exactly the ints (or Access values) 1, 2, 3: True and 1.0 hash like 1 but are no flags.
@@ -205,7 +194,7 @@ def registration_values(kind: str, address: object, length: object, access: obje
     if flags is None:
         raise SanError(WsaError.WSAEINVAL, f"access flags {access!r:.80} are not READ, WRITE or READWRITE")
     if descriptor_size is not None and kind == "rdma":
-        if not _is_int(descriptor_size):
+        if not is_int(descriptor_size):
             raise SanError(WsaError.WSAEINVAL, f"descriptor_size is an integer or None, got {descriptor_size!r:.80}")
         if descriptor_size < DESCRIPTOR_SIZE:  # type: ignore[operator]
             raise SanError(WsaError.WSAEFAULT, f"a descriptor needs {DESCRIPTOR_SIZE} bytes, {descriptor_size} "
@@ -235,7 +224,7 @@ def transfer_objects(kind: str, buffers: object, caller: object) -> list[tuple[A
     if len(buffers) > MAX_SGE:
         raise SanError(WsaError.WSAEINVAL, f"{len(buffers)} buffers, at most {MAX_SGE}")
     entries = []
-    foreign = -1
+    owners = []  # checked once every entry's shape is
     for i, pair in enumerate(buffers):
         # A plain tuple or list of two; a subclass could pretend to be one.
         if (type(pair) is not tuple and type(pair) is not list) or len(pair) != 2:
@@ -246,18 +235,24 @@ def transfer_objects(kind: str, buffers: object, caller: object) -> list[tuple[A
         except AttributeError:
             raise TypeError(f"{_list_name(kind)}[{i}] must be a buffer (.address, .length, .process), "
                             f"got {buffer!r:.80}") from None
-        if owner is not caller and foreign < 0:
-            foreign = i
         entries.append((address, length, handle))
-    if foreign >= 0:
-        raise _foreign(f"{_list_name(kind)}[{foreign}]", buffers[foreign][0].process, caller)
+        owners.append(owner)
+    for i, owner in enumerate(owners):
+        if owner is not caller:
+            raise SanError(WsaError.WSAEFAULT, f"{_list_name(kind)}[{i}] is a buffer of pid "
+                                               f"{getattr(owner, 'pid', owner)!r:.40}, not in the address space of "
+                                               f"pid {getattr(caller, 'pid', caller)!r:.40}")
     return entries
+
+
+def _is_descriptor(value: object) -> TypeGuard[bytes | bytearray]:
+    return isinstance(value, (bytes, bytearray)) and len(value) == DESCRIPTOR_SIZE
 
 
 def descriptor(value: object) -> bytes:
     """A descriptor's shape: ``DESCRIPTOR_SIZE`` bytes (bytes or bytearray), the size pytest-san's providers chose,
     else WSAEINVAL."""
-    if not isinstance(value, (bytes, bytearray)) or len(value) != DESCRIPTOR_SIZE:
+    if not _is_descriptor(value):
         raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {value!r:.60}")
     return bytes(value)
 
@@ -269,14 +264,14 @@ def transfer_values(kind: str, entries: list[tuple[Any, Any, Any]], target: obje
     (ignored for send and recv), then the provider's state, each a reason or None: ``not_connected`` (why the
     socket is not connected), ``device`` (why the device cannot take this scatter list) and ``queue_full``.
     [(address, length, handle)] with integer ranges."""
-    for address, length, _ in entries:
-        if type(address) is not int or type(length) is not int or length < 0:
-            entries = [(*_range(a, n, f"{_list_name(kind)}[{i}]"), h) for i, (a, n, h) in enumerate(entries)]
-            break
+    for i, (address, length, _) in enumerate(entries):
+        if not _is_range(address, length):
+            raise SanError(WsaError.WSAEINVAL, f"{_list_name(kind)}[{i}]: address and length must be integers, the "
+                                               f"length not negative, got {address!r:.40} and {length!r:.40}")
     if kind in _RDMA_KINDS:
-        if not isinstance(target, (bytes, bytearray)) or len(target) != DESCRIPTOR_SIZE:
-            descriptor(target)  # raises
-        if type(offset) is not int and not _is_int(offset):
+        if not _is_descriptor(target):
+            raise SanError(WsaError.WSAEINVAL, f"a descriptor is {DESCRIPTOR_SIZE} bytes, got {target!r:.60}")
+        if not is_int(offset):
             raise SanError(WsaError.WSAEINVAL, f"offset must be an integer, got {offset!r:.40}")
     if not_connected is not None:
         raise SanError(WsaError.WSAENOTCONN, not_connected)
@@ -305,6 +300,6 @@ def _key(key: object) -> str:
 def option(value: object) -> int:
     """Stage 4 of getsockopt: one of the two options, as an integer (28685.0 equals SO_MAX_RDMA_SIZE but is
     no option); else WSAEINVAL."""
-    if _is_int(value) and value in (SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE):
+    if is_int(value) and value in (SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE):
         return int(value)
     raise SanError(WsaError.WSAEINVAL, f"unknown socket option {value!r:.80}")

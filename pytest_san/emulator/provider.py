@@ -25,7 +25,7 @@ from ..contract import (
     WsaError,
 )
 from .process import EmulatedProcess
-from .sockets import EmulatedOperation, EmulatedRegistration, EmulatedSocket, SocketState, Waitable
+from .sockets import EmulatedOperation, EmulatedRegistration, EmulatedSocket, SocketState
 
 if TYPE_CHECKING:
     from .fabric import Fabric
@@ -47,7 +47,6 @@ class EmulatedProvider:
         self._fabric = fabric
         self._handles = itertools.count(handle_base)
         self.sockets: list[EmulatedSocket] = []
-        self.waitable = Waitable()
 
     @property
     def supports_rdma_read(self) -> bool:
@@ -62,7 +61,7 @@ class EmulatedProvider:
             raise ValueError(f"{process!r} is not a process of {self.node_name}")
         if not process.alive:
             raise SanError(WsaError.WSAENOTCONN, f"cannot open a socket: {process!r} is gone")
-        sock = EmulatedSocket(self, process, self._fabric.next_id(), self.waitable)
+        sock = EmulatedSocket(self, process, self._fabric.next_id())
         self.sockets.append(sock)
         process.sockets.append(sock)
         return sock

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
-import threading
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..types import Access, Completion, Status
@@ -51,52 +51,57 @@ class EmulatedRegistration:
                 f"refs={self.refs}")
 
 
-_SUCCESS = Status.SUCCESS
-_SUCCESSES: dict[int, Completion] = {}  # Completion(SUCCESS, n) by n: frozen, so one can serve every operation
+class Successes(dict[int, Completion]):
+    """Completion(SUCCESS, n) by n, each made at its first use: making one costs more than the rest of an RDMA
+    transfer's completion, and one (frozen) serves every operation of its size. A socket keeps its own, so
+    none outlives the socket."""
+
+    def __missing__(self, nbytes: int) -> Completion:
+        completion = self[nbytes] = Completion(Status.SUCCESS, nbytes)
+        return completion
 
 
-def _succeeded(nbytes: int) -> Completion:
-    """Completion(SUCCESS, nbytes), made once per size (making one costs more than the rest of a completion)."""
-    completion = _SUCCESSES.get(nbytes)
-    if completion is None:
-        if len(_SUCCESSES) >= 1024:  # many different sizes: start over rather than grow
-            _SUCCESSES.clear()
-        completion = _SUCCESSES[nbytes] = Completion(_SUCCESS, nbytes)
-    return completion
+_TIMEOUTS = (float, int, type(None))  # a number of seconds, or None: for ever
 
 
 class EmulatedOperation:
-    """A pending operation; completes once, possibly later (a receive waiting for a send)."""
+    """A pending operation; completes once, possibly later (a receive waiting for a send).
 
-    __slots__ = ("_completion", "_waitable", "kind", "nbytes", "regs", "run", "segments", "socket")
+    ``regs``, ``segments`` and ``nbytes`` are what the provider gathered at the post (the registrations the
+    operation holds in use, their (mem, offset, length) segments, the bytes they add up to); ``run`` is what a
+    held operation does when released. ``nbytes`` and ``run`` exist once the provider set them.
+
+    An operation completes inside a call of the provider (its post, the peer's matching post, a close, a
+    release of held operations, a dropped link), and the emulator's callers serialise (memory, sockets and
+    operations are not thread-safe): while a thread waits, nothing can complete what it waits for. So ``wait``
+    never blocks: it gives the completion, or raises TimeoutError at once for an operation still pending.
+    """
+
+    __slots__ = ("_completion", "kind", "nbytes", "regs", "run", "segments", "socket")
+
+    nbytes: int
+    run: Callable[[EmulatedOperation], None]
 
     def __init__(self, socket: EmulatedSocket, kind: str) -> None:
         self.socket = socket
         self.kind = kind
         self._completion: Completion | None = None
-        self._waitable = socket.waitable
         self.regs: list[EmulatedRegistration] = []
-        self.segments: list[tuple[bytearray, int, int]] = []  # (mem, offset, length), gathered at post
-        self.nbytes = 0
-        self.run: object = None  # what a held operation does when released
+        self.segments: list[tuple[bytearray, int, int]] = []
 
     def complete(self, status: Status, nbytes: int = 0) -> None:
         if self._completion is None:
-            self._finish(_succeeded(nbytes) if status is _SUCCESS else Completion(status, nbytes))
+            self._finish(Completion(status, nbytes))
 
     def succeed(self, nbytes: int) -> None:
-        """``complete(Status.SUCCESS, nbytes)`` for the RDMA hot path: no status to look up and compare."""
+        """``complete(Status.SUCCESS, nbytes)`` for the RDMA hot path: the socket's one completion of the size."""
         if self._completion is None:
-            self._finish(_SUCCESSES.get(nbytes) or _succeeded(nbytes))
+            self._finish(self.socket.successes[nbytes])
 
     def _finish(self, completion: Completion) -> None:
         self._completion = completion
-        if self.regs:
-            for reg in self.regs:
-                reg.in_use -= 1
-            self.regs = []
-        if self._waitable._waiters:
-            self._waitable.notify()
+        for reg in self.regs:  # completes once: no registration is released twice
+            reg.in_use -= 1
 
     @property
     def completion(self) -> Completion | None:
@@ -106,61 +111,32 @@ class EmulatedOperation:
         return self._completion is not None
 
     def wait(self, timeout: float | None = 10.0) -> Completion:
-        if self._completion is None:
-            timeout = _checked_timeout(timeout)
-            self._waitable.wait_for(self.done, timeout)
-        if self._completion is None:
-            raise TimeoutError(f"{self.kind} on {self.socket} still pending after {timeout} s")
-        return self._completion
+        completion = self._completion
+        if completion is None:
+            if type(timeout) not in _TIMEOUTS:
+                raise TypeError(f"timeout is a number of seconds or None, got {timeout!r:.80}")
+            if timeout != timeout:
+                raise ValueError("timeout is NaN")
+            raise TimeoutError(f"{self.kind} on {self.socket} is pending, and nothing completes it while this "
+                               "thread waits")
+        return completion
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self._completion or 'pending'}>"
 
 
-def _checked_timeout(timeout: object) -> float | None:
-    """None (wait for ever) or a number of seconds; more than threading can wait is for ever."""
-    if timeout is None:
-        return None
-    if type(timeout) is not float and type(timeout) is not int:
-        raise TypeError(f"timeout is a number of seconds or None, got {timeout!r:.80}")
-    if timeout != timeout:
-        raise ValueError("timeout is NaN")
-    return None if timeout > threading.TIMEOUT_MAX else timeout
-
-
-class Waitable:
-    """Lets a thread wait for completions that another thread produces; free when nobody waits."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._waiters = 0
-
-    def notify(self) -> None:
-        if self._waiters:
-            with self._cond:
-                self._cond.notify_all()
-
-    def wait_for(self, predicate: object, timeout: float | None) -> None:
-        assert callable(predicate)
-        with self._cond:
-            self._waiters += 1
-            try:
-                self._cond.wait_for(predicate, timeout)
-            finally:
-                self._waiters -= 1
-
-
 class EmulatedSocket:
-    """A SAN socket: the emulated counterpart of an RC QP plus the provider's tables for it."""
+    """A SAN socket: the emulated counterpart of an RC QP plus the provider's tables for it. Its ``peer`` is set
+    when the fabric connects it, right after it is made (every emulated socket is made connected)."""
 
-    def __init__(self, provider: EmulatedProvider, process: EmulatedProcess, sid: int,
-                 waitable: Waitable) -> None:
+    peer: EmulatedSocket | None
+
+    def __init__(self, provider: EmulatedProvider, process: EmulatedProcess, sid: int) -> None:
         self.provider = provider
         self._process = process
         self.sid = sid
-        self.waitable = waitable
+        self.successes = Successes()
         self.state = SocketState.CONNECTED
-        self.peer: EmulatedSocket | None = None
         self.handles: dict[int, EmulatedRegistration] = {}  # register_memory handles
         self.windows: dict[int, EmulatedRegistration] = {}  # rkey -> window (register_rdma_memory)
         self.by_range: dict[tuple[str, int, int, int], EmulatedRegistration] = {}  # for reference counting
