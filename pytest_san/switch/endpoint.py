@@ -336,8 +336,9 @@ class Endpoint:
             raise_first([(wrote, error), (sent, op)])
 
     def idle(self) -> bool:
-        """Nothing of ours is waiting to be sent or transferred."""
-        return not (self.outbox or self.awaiting_read or self.awaiting_sink or self.writing or self.reading)
+        """Nothing of ours is waiting to be sent or transferred (a sink we offered: until it is written)."""
+        return not (self.outbox or self.awaiting_read or self.awaiting_sink or self.writing or self.reading
+                    or self.offered)
 
 
 def _read(sink: Buffer | None) -> bytes:
