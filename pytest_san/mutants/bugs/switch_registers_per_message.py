@@ -22,16 +22,20 @@ class PerMessage(SimpleEndpoint):
         buffer = self.slot(self.send_region, index).view(0, len(message))
         buffer.write(message)
         handle = self.call("register_memory", buffer, Access.READ)  # the bug
-        op = self.call("send", [(buffer, handle)])
+        op: PendingOperation = self.call("send", [(buffer, handle)])
         self.__dict__.setdefault("per_message", []).append((op, handle))
-        return op  # type: ignore[no-any-return]
+        return op
 
     def progress(self) -> bool:
+        """Each message's registration goes once its send is done and no other send in flight uses the same
+        handle (a provider may hand out one handle, counted, for the same slot registered again)."""
         moved = super().progress()
-        pending: list[tuple[Any, Any]] = self.__dict__.get("per_message", [])
-        for op, handle in [p for p in pending if p[0].done()]:
-            pending.remove((op, handle))
-            if not self.closed and not self.socket.closed:
+        pending: list[tuple[PendingOperation, Any]] = self.__dict__.get("per_message", [])
+        done = [(op, handle) for op, handle in pending if op.done()]
+        busy = {handle for op, handle in pending if not op.done()}
+        for op, handle in done:
+            if handle not in busy and not self.closed and not self.socket.closed:
+                pending.remove((op, handle))
                 self.call("deregister_memory", handle)
         return moved
 
