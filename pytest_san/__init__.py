@@ -3,6 +3,7 @@
 The public names downstream tests use (CONTRACT.md section 5) are importable from here.
 """
 
+from .deviations import Deviation
 from .errors import SanError, WsaError
 from .protocols import (
     Backend,
@@ -37,7 +38,7 @@ __version__ = "0.1.0"  # the one place the version is written: pyproject.toml re
 
 __all__ = [
     "DO_DIRECT_IO", "FOUR_GIB", "PAGE_SIZE", "SO_MAX_RDMA_SIZE", "SO_RDMA_THRESHOLD_SIZE", "Access", "Backend",
-    "Buffer", "CacheType", "Completion", "Connection", "Descriptor", "DeviceDescription", "DmaAdapter",
+    "Buffer", "CacheType", "Completion", "Connection", "Descriptor", "Deviation", "DeviceDescription", "DmaAdapter",
     "Endpoint", "Faults", "Handle", "Leak", "Node", "PendingOperation", "Process", "Provider", "Proxy",
     "SanError", "Socket", "Status", "Switch", "WsaError",
 ]

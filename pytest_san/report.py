@@ -16,11 +16,12 @@ RULE_IDS: tuple[str, ...] = tuple(f"R{i}" for i in range(1, 15)) + tuple(f"P{i}"
 LEAK_RULE = "R11"
 """A registration or allocation left after close is evidence against this rule."""
 
-Outcome = Literal["passed", "failed", "skipped"]
-OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "skipped")
+Outcome = Literal["passed", "failed", "skipped", "deviating"]
+OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "skipped", "deviating")
+"""``deviating``: failed as a declared deviation says it does (pytest_san.deviations)."""
 
-# Combining phases: any failure wins, then a skip; a test passed only if nothing else happened.
-_SEVERITY: dict[str, int] = {"passed": 0, "skipped": 1, "failed": 2}
+# Combining phases: any failure wins, then a declared one, then a skip; passed only if nothing else happened.
+_SEVERITY: dict[str, int] = {"passed": 0, "skipped": 1, "deviating": 2, "failed": 3}
 
 
 def is_rule_id(value: object) -> bool:
@@ -140,6 +141,7 @@ class ConformanceReport:
         self.node_capabilities: dict[str, set[str]] = {}  # node name -> what it has
         self.tests: list[TestResult] = []
         self.model: ModelResult | None = None  # set once pytest_san.model ran
+        self.deviations: list[dict[str, Any]] = []  # Deviation.to_dict of each declared one, with "observed"
 
     def record_model(self, result: ModelResult) -> None:
         """Add a model run's result (each run of the model test adds its own)."""
@@ -163,7 +165,7 @@ class ConformanceReport:
         return result
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """{rule: {"passed": n, "failed": n, "skipped": n}} for every rule of the catalog."""
+        """{rule: {"passed": n, "failed": n, "skipped": n, "deviating": n}} for every rule of the catalog."""
         table: dict[str, dict[str, int]] = {rule: dict.fromkeys(OUTCOMES, 0) for rule in RULE_IDS}
         for test in self.tests:
             for rule in test.rules:
@@ -177,6 +179,7 @@ class ConformanceReport:
             "node_capabilities": {name: sorted(caps) for name, caps in sorted(self.node_capabilities.items())},
             "rules": self.counts(),
             "tests": [test.to_dict() for test in self.tests],
+            "deviations": [dict(entry) for entry in self.deviations],
         }
         if self.model is not None:
             data["model"] = self.model.to_dict()
@@ -189,6 +192,7 @@ class ConformanceReport:
         report.tests = [TestResult.from_dict(test) for test in data.get("tests", ())]
         if data.get("model") is not None:
             report.model = ModelResult.from_dict(data["model"])
+        report.deviations = [dict(entry) for entry in data.get("deviations", ())]
         return report
 
     def merge(self, other: ConformanceReport) -> None:
@@ -205,19 +209,40 @@ class ConformanceReport:
         self.tests.extend(other.tests)
         if other.model is not None:
             self.record_model(other.model)
+        self.merge_deviations(other.deviations)
+
+    def merge_deviations(self, entries: Iterable[Mapping[str, Any]]) -> None:
+        """Declared deviations from another worker: one entry each, observed when any worker observed it."""
+        def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+            return entry["rule"], entry["implementation"], entry["what"]
+        mine = {key(entry): entry for entry in self.deviations}
+        for entry in entries:
+            if key(entry) in mine:
+                mine[key(entry)]["observed"] = bool(mine[key(entry)]["observed"] or entry["observed"])
+            else:
+                self.deviations.append(mine.setdefault(key(entry), dict(entry)))
 
     def table_lines(self) -> list[tuple[str, bool]]:
         """The terminal table: (line, has failures) pairs; rules no test exercised are left out."""
         counts = self.counts()
         exercised = [rule for rule in RULE_IDS if any(counts[rule].values())]
-        lines = [(f"{'rule':<5} {'passed':>7} {'failed':>7} {'skipped':>8}", False)]
+        lines = [(f"{'rule':<5} {'passed':>7} {'failed':>7} {'skipped':>8} {'deviating':>10}", False)]
         for rule in exercised:
             row = counts[rule]
-            lines.append((f"{rule:<5} {row['passed']:>7} {row['failed']:>7} {row['skipped']:>8}",
+            lines.append((f"{rule:<5} {row['passed']:>7} {row['failed']:>7} {row['skipped']:>8} {row['deviating']:>10}",
                           row["failed"] > 0))
         idle = len(RULE_IDS) - len(exercised)
         if idle:
             lines.append((f"({idle} of {len(RULE_IDS)} rules not exercised)", False))
+        return lines + self.deviation_lines()
+
+    def deviation_lines(self) -> list[tuple[str, bool]]:
+        """Each declared deviation, observed or not (one not observed is shown as a failure)."""
+        lines = []
+        for entry in self.deviations:
+            seen = "observed" if entry["observed"] else "declared but NOT observed"
+            lines.append((f"deviation {entry['rule']} ({entry['why']}) by {entry['implementation']}: {entry['what']}"
+                          f" [{seen}]", not entry["observed"]))
         return lines
 
     def header_line(self) -> str:

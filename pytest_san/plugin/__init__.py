@@ -5,7 +5,8 @@ implement, ``options`` the command line and ini keys, ``backends`` finds backend
 provide by name, ``hooks`` holds markers, capability skips and the conformance report,
 ``fixtures`` holds ``san_backend``, ``san_switch``, ``san_provider``, ``san_proxy`` and the leak check;
 ``model`` runs the reference model for the suite (and for ``pytest_san.model``), ``html_report`` and ``junit``
-put the rules into pytest-html's report and the JUnit XML.
+put the rules into pytest-html's report and the JUnit XML, ``deviations`` turns a failure that an implementation
+declared (a ``pytest_san.Deviation``) into a deviating one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from . import hookspecs
 
 # Registered under their module names, so ``-p no:pytest_san.plugin.fixtures`` works as usual.
 pytest_plugins = ["pytest_san.plugin.options", "pytest_san.plugin.hooks", "pytest_san.plugin.fixtures",
-                  "pytest_san.plugin.model", "pytest_san.plugin.html_report", "pytest_san.plugin.junit"]
+                  "pytest_san.plugin.model", "pytest_san.plugin.html_report", "pytest_san.plugin.junit",
+                  "pytest_san.plugin.deviations"]
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -36,6 +36,7 @@ LEAKS_KEY = pytest.StashKey[list[str]]()
 # Attributes set on TestReport objects of SAN tests; plain lists so pytest-xdist can ship them.
 _RULES_ATTR = "san_rules"
 _LEAKS_ATTR = "san_leaks"
+DEVIATION_ATTR = "san_deviation"  # the declared deviations a failure was (plugin/deviations.py)
 _RECORDER = "san-report-recorder"
 
 
@@ -253,7 +254,10 @@ def _first_line(text: str) -> str:
 
 
 def _phase(report: pytest.TestReport) -> tuple[Outcome, str]:
-    """Outcome and reason of one phase; xfail and xpass count as skipped."""
+    """Outcome and reason of one phase; a declared deviation is deviating; xfail and xpass count as skipped."""
+    deviation = getattr(report, DEVIATION_ATTR, None)
+    if deviation is not None:
+        return "deviating", f"declared deviation: {deviation}"
     wasxfail = getattr(report, "wasxfail", None)
     if report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)

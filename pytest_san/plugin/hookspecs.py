@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from ..deviations import Deviation
     from ..protocols import Backend, Node, Provider, Proxy, Switch
 
 
@@ -96,3 +97,16 @@ def pytest_san_node_capabilities(config: pytest.Config, node: Node, capabilities
     report's ``capabilities`` are what every node has, ``node_capabilities`` each node's own.
     """
 
+
+
+@pytest.hookspec
+def pytest_san_deviations(config: pytest.Config, backend: Backend) -> Iterable[Deviation] | None:
+    """The deviations the implementations under test declare: each a ``pytest_san.Deviation`` naming the rule,
+    the implementation, what differs, why (``by-design``, ``kernel-bug`` with its reproducer,
+    ``spec-ambiguity``) and the tests it explains.
+
+    Called once, when the backend is built; every implementation's lists are joined (a backend, provider, proxy
+    or switch may instead have a ``deviations()`` method: ``pytest_san.deviations.DeclaresDeviations``). A
+    test of the rule that fails as declared counts as ``deviating``, not failed (pytest shows it xfailed); one
+    that passes fails as a strict xfail would, and the report says the deviation was not observed.
+    """

@@ -1,7 +1,8 @@
 """pytest-san in pytest-html's report (``pytest --html=PATH``), through pytest-html's own hooks only.
 
 - a *Rules* column in the results table: the rule ids each test checks (R11 too where its teardown found a leak);
-- in the summary: the backend, its capabilities and the per-rule table (passed/failed/skipped, as ``--san-report``);
+- in the summary: the backend, its capabilities, the per-rule table (passed/failed/skipped/deviating, as
+  ``--san-report``) and the declared deviations;
 - on the reference model's test: its verdict and each divergence, shrunk, as the test's extra; on each of the
   suite's per-rule model tests, the divergences that break its rule.
 
@@ -53,7 +54,8 @@ def pytest_html_results_table_row(report: Any, cells: list[str]) -> None:
 
 
 def summary_html(report: ConformanceReport) -> str:
-    """The summary's SAN part: backend, capabilities, every rule's counts, and the model's line."""
+    """The summary's SAN part: backend, capabilities, every rule's counts, the model's line, the declared
+    deviations."""
     counts = report.counts()
     caps = ", ".join(sorted(report.capabilities)) or "(none)"
     rows = []
@@ -74,6 +76,11 @@ def summary_html(report: ConformanceReport) -> str:
     ]
     if report.model is not None:
         parts.append(f'<p class="san-model-line">{escape(report.model.lines()[0][0])}</p>')
+    if report.deviations:
+        items = "".join(f'<li data-rule="{escape(d["rule"])}" data-observed="{str(d["observed"]).lower()}">'
+                        f'{escape(line)}</li>' for d, (line, _) in zip(report.deviations, report.deviation_lines(),
+                                                                  strict=True))
+        parts.append(f'<ul class="san-deviations" id="san-deviations">{items}</ul>')
     parts.append("</div>")
     return "\n".join(parts)
 

@@ -7,6 +7,9 @@
   property, JSON ``{test id: [rule ids]}``, and ``san_backend``. No warning is raised (``record_property``
   would raise one under xunit2; nothing here uses it), and the round trips the hil backend records on each
   test (``san_round_trips``, a user property) are left out of it.
+- A test that failed as a declared deviation says so (``san_deviation``, xunit1); under xunit2 the suite carries
+  ``san_deviations``, the report's ``"deviations"`` as JSON. pytest itself writes such a test as skipped
+  (``pytest.xfail``) with the deviation as its message.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import pytest
 
 from ..report import LEAK_RULE, catalog_order
+from .deviations import DEVIATED_KEY, declared_dicts
 from .fixtures import ROUND_TRIPS_PROPERTY
 from .hooks import LEAKS_KEY, REPORT_KEY, backend_name, is_san_test, marker_args
 
@@ -52,6 +56,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             rules.append(LEAK_RULE)
         report.user_properties += [("san_rule", rule) for rule in catalog_order(rules)]
         report.user_properties.append(("san_backend", _backend(config)))
+        if DEVIATED_KEY in item.stash:
+            report.user_properties.append(("san_deviation", item.stash[DEVIATED_KEY]))
     return report
 
 
@@ -73,3 +79,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     rules = {test.nodeid: list(test.rules) for test in report.tests}
     xml.add_global_property("san_rules", json.dumps(rules, separators=(",", ":")))
     xml.add_global_property("san_backend", _backend(config))
+    deviations = report.deviations or declared_dicts(config)  # an xdist controller has its workers'
+    if deviations:
+        xml.add_global_property("san_deviations", json.dumps(deviations, separators=(",", ":")))

@@ -79,7 +79,7 @@ def _report(pytester: pytest.Pytester, name: str = "san-report.json") -> dict[st
 
 
 def _zero() -> dict[str, int]:
-    return {"passed": 0, "failed": 0, "skipped": 0}
+    return {"passed": 0, "failed": 0, "skipped": 0, "deviating": 0}
 
 
 @pytest.fixture
@@ -223,7 +223,7 @@ def test_missing_capability_skips_with_reason(fake: pytest.Pytester) -> None:
         "SKIPPED*backend 'fake' lacks capabilities 'verbs', 'memory_windows'",
     ])
     data = _report(fake)
-    assert data["rules"]["R6"] == {"passed": 0, "failed": 0, "skipped": 1}
+    assert data["rules"]["R6"] == {"passed": 0, "failed": 0, "skipped": 1, "deviating": 0}
     first = data["tests"][0]
     assert first == {"nodeid": "test_caps.py::test_needs_verbs", "rules": ["R6"], "outcome": "skipped",
                      "reason": "backend 'fake' lacks capability 'verbs'"}
@@ -405,17 +405,17 @@ def test_report_json_counts_every_rule(fake: pytest.Pytester) -> None:
     result = fake.runpytest("--san-backend", "fake", "--san-report", "out/san-report.json")
     result.assert_outcomes(passed=3, failed=1, skipped=1, xfailed=1, errors=1)
     data = _report(fake, "out/san-report.json")
-    assert list(data) == ["backend", "capabilities", "node_capabilities", "rules", "tests"]
+    assert list(data) == ["backend", "capabilities", "node_capabilities", "rules", "tests", "deviations"]
     assert data["backend"] == "fake"
     assert data["capabilities"] == ["faults", "rdma_read"]
     assert data["node_capabilities"] == {"n0": ["faults", "rdma_read"], "n1": ["faults", "rdma_read"]}
     assert list(data["rules"]) == list(RULE_IDS)
     expected = {rule: _zero() for rule in RULE_IDS}
-    expected["R1"] = {"passed": 1, "failed": 0, "skipped": 0}
-    expected["R2"] = {"passed": 1, "failed": 1, "skipped": 0}
-    expected["R3"] = {"passed": 0, "failed": 0, "skipped": 1}
-    expected["R4"] = {"passed": 0, "failed": 0, "skipped": 1}
-    expected["P1"] = {"passed": 0, "failed": 1, "skipped": 0}
+    expected["R1"] = {"passed": 1, "failed": 0, "skipped": 0, "deviating": 0}
+    expected["R2"] = {"passed": 1, "failed": 1, "skipped": 0, "deviating": 0}
+    expected["R3"] = {"passed": 0, "failed": 0, "skipped": 1, "deviating": 0}
+    expected["R4"] = {"passed": 0, "failed": 0, "skipped": 1, "deviating": 0}
+    expected["P1"] = {"passed": 0, "failed": 1, "skipped": 0, "deviating": 0}
     assert data["rules"] == expected
     tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
     assert set(tests) == {"test_pass", "test_fail", "test_skip", "test_xfail", "test_setup_error",
@@ -435,7 +435,7 @@ def test_report_without_san_tests_has_all_rules_at_zero(pytester: pytest.Pyteste
     pytester.makepyfile("def test_plain(): pass")
     pytester.runpytest("--san-report", "san-report.json").assert_outcomes(passed=1)
     assert _report(pytester) == {"backend": "emulator", "capabilities": [], "node_capabilities": {},
-                                 "rules": {rule: _zero() for rule in RULE_IDS}, "tests": []}
+                                 "rules": {rule: _zero() for rule in RULE_IDS}, "tests": [], "deviations": []}
 
 
 def test_conformance_hook_can_add_to_the_report(fake: pytest.Pytester) -> None:
@@ -502,8 +502,8 @@ def test_leak_fails_the_test_and_counts_against_r11(fake: pytest.Pytester) -> No
         "  n1: allocation 8192 bytes",
     ])
     data = _report(fake)
-    assert data["rules"]["R3"] == {"passed": 1, "failed": 1, "skipped": 0}
-    assert data["rules"]["R11"] == {"passed": 0, "failed": 1, "skipped": 0}
+    assert data["rules"]["R3"] == {"passed": 1, "failed": 1, "skipped": 0, "deviating": 0}
+    assert data["rules"]["R11"] == {"passed": 0, "failed": 1, "skipped": 0, "deviating": 0}
     leaked = data["tests"][0]
     assert leaked["rules"] == ["R3", "R11"] and leaked["outcome"] == "failed"
     assert leaked["reason"] == "R11 leak: n0: registration memory 0x1000+4096; n1: allocation 8192 bytes"
@@ -616,7 +616,7 @@ def test_spec_example_on_the_emulator(pytester: pytest.Pytester) -> None:
     data = _report(pytester)
     assert data["backend"] == "emulator"
     assert "rdma_read" in data["capabilities"]
-    assert data["rules"]["R2"] == {"passed": 1, "failed": 0, "skipped": 0}
+    assert data["rules"]["R2"] == {"passed": 1, "failed": 0, "skipped": 0, "deviating": 0}
     assert data["rules"]["R11"] == _zero()
 
 
@@ -682,7 +682,7 @@ def test_xdist_workers_reports_are_merged(fake: pytest.Pytester) -> None:
     result.assert_outcomes(passed=3, failed=1, skipped=1, xfailed=1, errors=1)
     data = _report(fake)
     assert data["backend"] == "fake" and data["capabilities"] == ["faults", "rdma_read"]
-    assert data["rules"]["R2"] == {"passed": 1, "failed": 1, "skipped": 0}
+    assert data["rules"]["R2"] == {"passed": 1, "failed": 1, "skipped": 0, "deviating": 0}
     assert len(data["tests"]) == 6
     result.stdout.fnmatch_lines(["*SAN conformance*"])
 
@@ -696,8 +696,8 @@ def test_report_record_and_round_trip() -> None:
     assert report.tests[0] == TestResult("t.py::a", ("R1", "R2"), "passed")
     assert report.tests[1].outcome == "failed" and report.tests[1].rules == ("R1", "R11")
     counts = report.counts()
-    assert counts["R1"] == {"passed": 1, "failed": 1, "skipped": 0}
-    assert counts["R11"] == {"passed": 0, "failed": 1, "skipped": 0}
+    assert counts["R1"] == {"passed": 1, "failed": 1, "skipped": 0, "deviating": 0}
+    assert counts["R11"] == {"passed": 0, "failed": 1, "skipped": 0, "deviating": 0}
     again = ConformanceReport.from_dict(json.loads(json.dumps(report.to_dict())))
     assert again.to_dict() == report.to_dict()
     with pytest.raises(ValueError, match="R15"):
@@ -711,7 +711,7 @@ def test_report_merge() -> None:
     right.record("x::2", ["P3"], "passed")
     left.merge(right)
     assert left.capabilities == {"a", "b"}
-    assert left.counts()["P3"] == {"passed": 1, "failed": 0, "skipped": 1}
+    assert left.counts()["P3"] == {"passed": 1, "failed": 0, "skipped": 1, "deviating": 0}
     with pytest.raises(ValueError, match="hil"):
         left.merge(ConformanceReport("hil"))
     empty = ConformanceReport()
