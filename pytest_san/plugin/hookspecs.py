@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    import pytest_san.protocols
+
     from ..deviations import Deviation
-    from ..protocols import Backend, Node, Provider, Proxy, Switch
+    from ..protocols import Backend, Node, Provider, Proxy
 
 
 @pytest.hookspec(firstresult=True)
@@ -65,7 +67,7 @@ def pytest_san_make_proxy(config: pytest.Config, node: Node, proxy: Proxy) -> Pr
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_san_make_switch(config: pytest.Config, backend: Backend) -> Switch | None:
+def pytest_san_make_switch(config: pytest.Config, backend: Backend) -> pytest_san.protocols.Switch | None:
     """Return the switch under test (``san_switch``) over ``backend``, in place of pytest-san's own.
 
     Called once per test that uses ``san_switch``. The switch must keep ``pytest_san.protocols.Switch`` (what
