@@ -95,7 +95,7 @@ class EmulatorBackend:
             for sock in node.base_provider.sockets:
                 found += [Leak(node.name, "registration", f"{reg!r} on {sock!r}")
                           for reg in node.base_provider.registrations(sock)]
-            found += node.base_proxy.leaks()
+            found += [Leak(node.name, "allocation", repr(thing)) for thing in node.base_proxy.live()]
         return found
 
     def reset(self) -> None:
