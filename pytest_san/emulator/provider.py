@@ -19,10 +19,9 @@ from ..contract import (
     QUEUE_DEPTH,
     RDMA_THRESHOLD,
     SO_MAX_RDMA_SIZE,
+    SO_RDMA_THRESHOLD_SIZE,
     Access,
-    SanError,
     Status,
-    WsaError,
 )
 from .process import EmulatedProcess
 from .sockets import EmulatedOperation, EmulatedRegistration, EmulatedSocket, SocketState
@@ -36,6 +35,7 @@ _CLOSED = SocketState.CLOSED
 _CONNECTED = SocketState.CONNECTED
 
 Segment = tuple[bytearray, int, int]  # (bytes, offset, length)
+_OPTIONS = {SO_MAX_RDMA_SIZE: MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE: RDMA_THRESHOLD}  # getsockopt's answers
 
 
 class EmulatedProvider:
@@ -55,12 +55,7 @@ class EmulatedProvider:
     # -- sockets --------------------------------------------------------------------------
 
     def new_socket(self, process: EmulatedProcess) -> EmulatedSocket:
-        if type(process) is not EmulatedProcess:
-            raise TypeError(f"new_socket takes an EmulatedProcess, got {process!r:.80}")
-        if process.node.base_provider is not self:
-            raise ValueError(f"{process!r} is not a process of {self.node_name}")
-        if not process.alive:
-            raise SanError(WsaError.WSAENOTCONN, f"cannot open a socket: {process!r} is gone")
+        """One end of a connection EmulatorBackend.connect_sockets makes: it checked ``process`` (alive, ours)."""
         sock = EmulatedSocket(self, process, self._fabric.next_id())
         self.sockets.append(sock)
         process.sockets.append(sock)
@@ -87,8 +82,7 @@ class EmulatedProvider:
         if reg is not None:
             reg.refs += 1
             return reg
-        first = address & ~(PAGE_SIZE - 1)
-        allocation = self.proxy.allocate(address + length - first)  # R12: the proxy pins the pages
+        allocation = self.proxy.allocate(address % PAGE_SIZE + length)  # R12: the proxy pins the pages
         reg = EmulatedRegistration(kind, next(self._handles), address, length, acc, mem, offset, allocation)
         table[reg.handle] = reg
         sock.by_range[key] = reg
@@ -133,21 +127,22 @@ class EmulatedProvider:
 
     def getsockopt(self, socket: Any, option: int) -> int:
         self._socket(socket)
-        return MAX_RDMA_SIZE if checks.option(option) == SO_MAX_RDMA_SIZE else RDMA_THRESHOLD
+        return _OPTIONS[checks.option(option)]
 
     # -- data transfer --------------------------------------------------------------------
 
-    def _post(self, socket: Any, buffers: Any, kind: str, descriptor: Any = None,
-              offset: Any = 0) -> tuple[EmulatedOperation, list[tuple[int, int, Any]]]:
+    def _post(self, socket: Any, buffers: Any, kind: str, descriptor: Any,
+              offset: Any) -> tuple[EmulatedOperation, list[tuple[int, int, Any]]]:
         """Every check of the call (pytest_san.checks' order): a new operation and its (address, length,
-        handle) entries."""
+        handle) entries. ``descriptor`` and ``offset`` are None for send and recv."""
         sock = self._socket(socket)
         entries = checks.transfer_objects(kind, buffers, sock._process)
         if kind == "recv":
             queued = len(sock.recv_queue)
-        else:  # sends waiting for the peer's receives, and held operations
-            inbound = sock.peer.inbound if sock.peer is not None else ()
-            queued = len(sock.held or ()) + (sum(1 for op in inbound if op.socket is sock) if inbound else 0)
+        else:  # held operations, and sends waiting for the peer's receives (the peer is connected to us only)
+            peer = sock.peer
+            assert peer is not None  # every socket is made connected
+            queued = len(sock.held or ()) + len(peer.inbound)
         not_connected = None if sock.state is _CONNECTED else f"{sock!r} is not connected"
         full = f"{kind} queue of {sock!r} is full ({QUEUE_DEPTH})" if queued >= QUEUE_DEPTH else None
         entries = checks.transfer_values(kind, entries, descriptor, offset, not_connected, None, full)
@@ -204,29 +199,22 @@ class EmulatedProvider:
         return self._start(op, lambda o: self._run_rdma(o, rkey, offset))
 
     def _reachable_peer(self, op: EmulatedOperation) -> EmulatedSocket | None:
-        """The peer socket, or None after completing ``op`` as a flushed or reset QP would."""
+        """The peer socket, or None after completing ``op`` as a flushed QP would.
+
+        An operation runs at its post, on a connected socket, or when ``release_held`` releases it. Whatever
+        ended the connection while it was held (a close, a dropped link, a dead process) completed it then;
+        only one that an operation released before it broke (an error completion) is still pending here.
+        """
         sock = op.socket
-        if sock.state is not _CONNECTED:
-            op.complete(Status.ABORTED if sock.state is SocketState.ERROR else Status.CONNECTION_RESET)
-            return None
-        peer = sock.peer
-        assert peer is not None
-        if not self._fabric.link_up(self, peer.provider):
-            self._fabric.disconnect(sock, Status.CONNECTION_RESET)
-            op.complete(Status.CONNECTION_RESET)
-            return None
-        return peer
+        if sock.state is _CONNECTED:
+            return sock.peer
+        op.complete(Status.ABORTED)
+        return None
 
     def _run_rdma(self, op: EmulatedOperation, rkey: int, offset: int) -> None:
-        sock = op.socket
-        peer = sock.peer
-        fabric = self._fabric
-        # _reachable_peer's checks, inline; with no link down (the usual case) no node pair to build.
-        if (sock.state is not _CONNECTED or peer is None
-                or (fabric._down and not fabric.link_up(self, peer.provider))):
-            peer = self._reachable_peer(op)  # completes op as a flushed or reset QP would
-            if peer is None:
-                return
+        peer = self._reachable_peer(op)
+        if peer is None:
+            return
         # The responder checks the window: bound to this connection (R2), registered (R3),
         # the right access (R6, R7) and in bounds (R8).
         win = peer.windows.get(rkey)
@@ -236,26 +224,15 @@ class EmulatedProvider:
                 or offset + nbytes > win.length or not peer._process.alive):
             self._fail(op, Status.ACCESS_VIOLATION)
             return
-        start = win.offset + offset
-        segments = op.segments
-        if len(segments) == 1:  # one local buffer: one copy, as _copy makes it, without its lists
-            mem, off, _ = segments[0]
-            if write:
-                dmem, doff, smem, soff = win.mem, start, mem, off
-            else:
-                dmem, doff, smem, soff = mem, off, win.mem, start
-            if soff == 0 and nbytes == len(smem) and 0 <= doff <= len(dmem) - nbytes:
-                dmem[doff:doff + nbytes] = smem  # a whole mapping: straight in, no views to make
-            else:
-                memoryview(dmem)[doff:doff + nbytes] = memoryview(smem)[soff:soff + nbytes]
-        elif write:
-            _copy([(win.mem, start, nbytes)], segments)
+        remote = [(win.mem, win.offset + offset, nbytes)]
+        if write:
+            _copy(remote, op.segments)
         else:
-            _copy(segments, [(win.mem, start, nbytes)])
+            _copy(op.segments, remote)
         op.succeed(nbytes)
 
     def send(self, socket: Any, buffers: Sequence[tuple[Any, int]]) -> EmulatedOperation:
-        op, entries = self._post(socket, buffers, "send")
+        op, entries = self._post(socket, buffers, "send", None, None)
         if not self._gather(op, entries, _READ):
             return self._start(op, lambda o: self._fail(o, Status.LOCAL_PROTECTION))
         return self._start(op, self._run_send)
@@ -270,7 +247,7 @@ class EmulatedProvider:
             peer.inbound.append(op)  # receiver not ready: RNR-retry until it posts
 
     def recv(self, socket: Any, buffers: Sequence[tuple[Any, int]]) -> EmulatedOperation:
-        op, entries = self._post(socket, buffers, "recv")
+        op, entries = self._post(socket, buffers, "recv", None, None)
         if not self._gather(op, entries, _WRITE):
             self._fail(op, Status.LOCAL_PROTECTION)
             return op
@@ -293,13 +270,10 @@ class EmulatedProvider:
         for op in sock.pending():
             op.complete(Status.ABORTED)
         sock.recv_queue.clear()
-        if sock.held is not None:
-            sock.held = []
+        # The peer's own pending operations end with the connection (a closed peer: nothing to do).
         peer = sock.peer
-        if peer is not None:
-            peer.inbound = type(peer.inbound)(op for op in peer.inbound if op.socket is not sock)
-            if peer.state is SocketState.CONNECTED or peer.state is SocketState.ERROR:
-                self._fabric.disconnect(peer, Status.CONNECTION_RESET)
+        assert peer is not None  # every socket is made connected
+        self._fabric.disconnect(peer, Status.CONNECTION_RESET)
         # The provider releases what the switch could not: memory of pending operations (R11).
         self._release_all(sock)
         sock.state = SocketState.CLOSED
@@ -313,11 +287,11 @@ class EmulatedProvider:
     def hold(self, socket: EmulatedSocket) -> None:
         """Fault injection: operations posted on ``socket`` stay pending until ``release_held``."""
         sock = self._socket(socket)
-        sock.held = sock.held if sock.held is not None else []
+        if sock.held is None:
+            sock.held = []
 
     def release_held(self, socket: EmulatedSocket) -> None:
-        if type(socket) is not EmulatedSocket or socket.provider is not self:
-            self._socket(socket)  # raises (a closed socket of ours is fine: nothing is held there)
+        """EmulatorFaults.release checked that ``socket`` is ours. Closing completed what it held (ABORTED)."""
         held, socket.held = socket.held or [], None
         for op in held:
             if not op.done():
@@ -342,17 +316,13 @@ def _deliver(send: EmulatedOperation, recv: EmulatedOperation) -> None:
 def _copy(dst: list[Segment], src: list[Segment]) -> None:
     """Scatter the bytes of ``src`` segments into ``dst`` segments, in order.
 
-    Each piece is one memmove (overlap-safe): memoryviews on both sides, or, for a whole
-    mapping, the bytearray itself assigned to a slice of exactly its length (never a resize).
-    A bytearray slice assigned anything but a bytearray would first copy it into a temporary
-    one: twice the work. The views are temporaries, released at once: nothing stays pinned.
+    Each piece is one memmove (overlap-safe), from a memoryview into a memoryview: a bytearray slice
+    assigned anything but a bytearray would first copy it into a temporary one, twice the work. The
+    views are temporaries, released at once: nothing stays pinned.
     """
     if len(dst) == 1 and len(src) == 1:  # the common case: one copy, no loop
         (dmem, doff, _), (smem, soff, n) = dst[0], src[0]
-        if soff == 0 and n == len(smem) and 0 <= doff <= len(dmem) - n:
-            dmem[doff:doff + n] = smem
-        else:
-            memoryview(dmem)[doff:doff + n] = memoryview(smem)[soff:soff + n]
+        memoryview(dmem)[doff:doff + n] = memoryview(smem)[soff:soff + n]
         return
     di, dpos = 0, 0
     for smem, soff, slen in src:
