@@ -331,8 +331,9 @@ class SwitchEndpoint(Protocol):
 class SwitchConnection(Protocol):
     """A connected socket pair a switch made (``Switch.connect``), with the switch's parameters as it uses them.
 
-    ``rdma_threshold``, ``message_size`` and ``message_count`` are what the connection uses, which may differ from
-    what ``connect`` asked (a switch may round them, or have fixed ones): the scenarios judge it by these."""
+    ``rdma_threshold``, ``message_size`` and ``message_count`` are what the connection uses: the threshold
+    ``connect`` asked for, else the switch's own; the ring as asked, or the switch's own (it may round it, or have
+    a fixed one). The scenarios judge the switch by these."""
 
     @property
     def local(self) -> SwitchEndpoint: ...
@@ -374,12 +375,12 @@ class Switch(Protocol):
     """The Windows Sockets switch under test (``san_switch``; a plugin's ``pytest_san_make_switch`` may give its
     own): it connects SAN sockets, registers their message memory (R9), moves data (R10) and tears down (R11).
 
-    ``connect`` options (each may be left out): ``rdma_threshold`` (bytes, or None: the provider's
-    SO_RDMA_THRESHOLD_SIZE), ``rdma_mode`` (``"auto"``: RdmaRead unless the receiving end lacks it, ``"read"``,
-    ``"write"``), ``message_size`` and ``message_count``. A switch may use other values than asked for the
-    threshold and the two message sizes, and says so on the connection; ``rdma_mode`` it keeps. An unknown option
-    or an unusable value is a TypeError or ValueError naming it, before anything is built; a connect that fails
-    later releases all it built before it raises."""
+    ``connect`` options (each may be left out): ``rdma_threshold`` (bytes; None or left out: the switch's own,
+    pytest-san's asks the provider's SO_RDMA_THRESHOLD_SIZE), ``rdma_mode`` (``"auto"``: RdmaRead unless the
+    receiving end lacks it, ``"read"``, ``"write"``), ``message_size`` and ``message_count``. A threshold and a
+    mode asked for are the ones used; the ring (``message_size``, ``message_count``) a switch may choose itself,
+    and says so on the connection. An unknown option or an unusable value is a TypeError or ValueError naming
+    it, before anything is built; a connect that fails later releases all it built before it raises."""
 
     def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,
                 **options: Any) -> SwitchConnection:

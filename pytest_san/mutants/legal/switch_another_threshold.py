@@ -1,25 +1,25 @@
-"""A switch whose RDMA threshold is the one asked for rounded up to a whole 64 KiB, and says so.
+"""A switch whose own RDMA threshold is 64 KiB, not the provider's SO_RDMA_THRESHOLD_SIZE, and says so.
 
-Legal: the contract fixes what happens above and below the threshold (R10), not which threshold a switch uses;
-the connection declares the one it uses (``SwitchConnection.rdma_threshold``) and the scenarios judge it by that.
-Over pytest-san's own switch, through its ``rdma_threshold`` option.
+Legal: the contract fixes what happens above and below the threshold (R10); a threshold asked for on connect is
+the one used, but without one the switch may use its own, and the connection declares it
+(``SwitchConnection.rdma_threshold``): the scenarios judge it by that. Over pytest-san's own switch, through its
+``rdma_threshold`` option.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..switching import SwitchWrapper, own_switch, switch_hook, usable
+from ..switching import SwitchWrapper, own_switch, switch_hook
 
-STEP = 64 << 10
+OWN = 64 << 10
 
 
-class RoundedThreshold(SwitchWrapper):
+class OwnThreshold(SwitchWrapper):
     def adjust(self, options: dict[str, Any]) -> dict[str, Any]:
-        asked = options.get("rdma_threshold")
-        if asked is not None and usable(options, "rdma_threshold", 0, 1 << 62, none=True):
-            options["rdma_threshold"] = -(-max(asked, 1) // STEP) * STEP
+        if options.get("rdma_threshold") is None:
+            options["rdma_threshold"] = OWN
         return options
 
 
-pytest_san_make_switch = switch_hook(lambda backend: RoundedThreshold(own_switch(backend)))
+pytest_san_make_switch = switch_hook(lambda backend: OwnThreshold(own_switch(backend)))
