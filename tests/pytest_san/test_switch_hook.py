@@ -69,6 +69,16 @@ def test_the_corpus_has_switch_bugs_and_legal_switches() -> None:
     assert {rule for e in bugs for rule in e.breaks} == {"R9", "R10", "R11"}
 
 
+def test_the_example_switch_passes_the_switch_scenarios(pytester: pytest.Pytester) -> None:
+    """R9-R11 and the switch's part of R4 (``test_switch.py``), unchanged, on the second switch."""
+    report = pytester.path / "report.json"
+    pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios.test_switch", "-p", "no:cacheprovider",
+                                  "-p", "pytest_san.examples.simple_switch", f"--san-report={report}")
+    rules = json.loads(report.read_text())["rules"]
+    assert {rule for rule, counts in rules.items() if counts["failed"]} == set()
+    assert all(rules[rule]["passed"] > 0 for rule in ("R4", "R9", "R10", "R11"))
+
+
 @pytest.mark.whole_suite
 def test_the_example_switch_passes_the_suite(pytester: pytest.Pytester) -> None:
     report = pytester.path / "report.json"
