@@ -12,7 +12,7 @@ from ..notes import add_note
 from ..protocols import Buffer, Call, Handle, Outcome, PendingOperation, Process, Provider, Proxy, Question, Socket
 from ..together import Earlier, first_failure, together
 from ..types import SO_MAX_RDMA_SIZE, Access, Status
-from .session import HEADER, MORE, Kind, Message, messages, parse_src_avail, src_avail
+from .session import HEADER, LENGTH, MORE, Kind, Message, messages, src_avail
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -65,10 +65,6 @@ class Endpoint:
         self.recvs: collections.deque[tuple[int, PendingOperation]] = collections.deque()
         self.credits = count  # receives the peer has posted that we may consume
         self.to_return = 0  # receives we reposted that the peer does not know of yet
-        # Of those, the ones that carried more than credits. Returning receives that credit-only messages
-        # used as soon as ``threshold`` are due made two ends with a small window answer each other's
-        # credit messages for ever: those wait until the peer may be stuck (it holds one credit or less).
-        self.owed = 0
         self.outbox: collections.deque[Message] = collections.deque()
         self.partial = b""  # the payload so far of a message that goes on in the next (MORE)
         self.incoming: collections.deque[_Incoming] = collections.deque()
@@ -130,9 +126,8 @@ class Endpoint:
 
     def _take(self, slot: int) -> bytes:
         """The message in receive slot ``slot``, and a receive posted there again: the read first."""
-        size = self.conn.message_size
-        (read, data), (posted, op) = self._post((self.recv_region, "read", (size, slot * size)), "recv",
-                                                self._recv_slot(slot), self.recv_handle)
+        view = self._recv_slot(slot)
+        (read, data), (posted, op) = self._post((view, "read", ()), "recv", view, self.recv_handle)
         if posted:
             self.recvs.append((slot, op))
         raise_first([(read, data), (posted, op)])
@@ -228,9 +223,10 @@ class Endpoint:
         self.error = self.error or f"{what} completed {status.name}"
         return True
 
-    def _finished(self, ops: list[PendingOperation], what: str) -> bool:
-        """Every one of ``ops`` done and succeeded (one that failed puts the endpoint in error)."""
-        return all(op.done() for op in ops) and not any(self._failed(what, op.wait().status) for op in ops)
+    def _finished(self, ops: list[PendingOperation]) -> bool:
+        """Every one of a large transfer's ``ops`` done and succeeded (one that failed puts the endpoint in
+        error)."""
+        return all(op.done() for op in ops) and not any(self._failed("RDMA", op.wait().status) for op in ops)
 
     def questions(self) -> list[Question]:
         """What ``progress`` asks of the operations in flight: whether each is done."""
@@ -260,8 +256,6 @@ class Endpoint:
                 return
             msg = Message.decode(self._take(slot))
             self.to_return += 1
-            if msg.kind is not Kind.CREDIT:
-                self.owed += 1
             self.credits += msg.credits
             self.partial += msg.payload
             if not msg.flags & MORE:  # else a payload longer than one message: the rest follows
@@ -272,7 +266,7 @@ class Endpoint:
         if kind is Kind.DATA:
             self.incoming.append(_Incoming(data=payload))
         elif kind is Kind.SRC_AVAIL:
-            length, desc = parse_src_avail(Message(kind, payload))
+            length, desc = LENGTH.unpack_from(payload)[0], payload[LENGTH.size:]
             sink = self.process.alloc(length)
             item = _Incoming(sink=sink)
             self.incoming.append(item)
@@ -304,29 +298,29 @@ class Endpoint:
             ops.append(self._call(method, [(part, handle)], descriptor, offset))
 
     def _advance_rdma(self) -> None:
-        while self.reading and self._finished(self.reading[0].ops, "RDMA read"):
+        while self.reading and self._finished(self.reading[0].ops):
             item = self.reading.popleft()
             self._call("deregister_memory", item.handle)
             item.data = _read(item.sink)
             self.outbox.append(Message(Kind.RD_COMPL))
-        while self.writing and self._finished(self.writing[0].ops, "RDMA write"):
+        while self.writing and self._finished(self.writing[0].ops):
             self._call("deregister_memory", self.writing.popleft().handle)
             self.outbox.append(Message(Kind.WR_COMPL))
 
     def _flush(self) -> None:
-        threshold = max(1, self.conn.message_count // 2)
-        if (self.owed >= threshold or self.to_return >= self.conn.message_count - 1) and not self.outbox:
+        # Credits go back with every message; alone only once the peer may be stuck (it holds one credit or
+        # less). Returning each as soon as it is due would make two ends answer each other's credit messages
+        # for ever (a credit message uses a receive too).
+        if self.to_return >= self.conn.message_count - 1 and not self.outbox:
             self.outbox.append(Message(Kind.CREDIT))
-        while self.outbox and self.free_slots:
-            # The last credit goes only to a message that returns credits (every message returns all that are
-            # due): an end that spends its last one has given the peer at least one, so the two ends are never
-            # both left without credits, each waiting for the other's, however late completions show.
-            if self.credits < 1 or (self.credits == 1 and not self.to_return):
-                break
+        # The last credit goes only to a message that returns credits (every message returns all that are due):
+        # an end that spends its last one has given the peer at least one, so the two ends are never both left
+        # without credits, each waiting for the other's, however late completions show.
+        while self.outbox and self.free_slots and self.credits > (0 if self.to_return else 1):
             msg = self.outbox.popleft()
             slot = self.free_slots.popleft()
             raw = msg.encode(self.to_return)
-            self.to_return = self.owed = 0
+            self.to_return = 0
             self.credits -= 1
             buf = self.send_slots[slot]
             (wrote, error), (sent, op) = self._post((buf, "write", (raw,)), "send", buf.view(0, len(raw)),
@@ -337,8 +331,7 @@ class Endpoint:
 
     def idle(self) -> bool:
         """Nothing of ours is waiting to be sent or transferred (a sink we offered: until it is written)."""
-        return not (self.outbox or self.awaiting_read or self.awaiting_sink or self.writing or self.reading
-                    or self.offered)
+        return not any((self.outbox, self.awaiting_read, self.awaiting_sink, self.writing, self.reading, self.offered))
 
 
 def _read(sink: Buffer | None) -> bytes:
