@@ -112,9 +112,9 @@ class EmulatedDmaAdapter:
 
     def allocate_common_buffer(self, length: int, cache_enabled: bool) -> tuple[int, int] | None:
         """(virtual, logical) of a physically contiguous buffer; logical is the physical address."""
-        self._check_usable("allocate_common_buffer")
-        _integers("allocate_common_buffer", length=length)
-        _flag("allocate_common_buffer", "cache_enabled", cache_enabled)
+        self._check_usable()
+        _integers(length=length)
+        _flag(cache_enabled)
         if length <= 0:
             return None
         owner = self._owner
@@ -128,9 +128,9 @@ class EmulatedDmaAdapter:
 
     def free_common_buffer(self, length: int, logical: int, virtual: int, cache_enabled: bool) -> None:
         """Needs exactly the values allocate_common_buffer was called with and returned."""
-        self._check_usable("free_common_buffer")
-        _integers("free_common_buffer", length=length, logical=logical, virtual=virtual)
-        _flag("free_common_buffer", "cache_enabled", cache_enabled)
+        self._check_usable()
+        _integers(length=length, logical=logical, virtual=virtual)
+        _flag(cache_enabled)
         buf = self._buffers.get(logical)
         if buf is None or (length, virtual, cache_enabled) != (buf.length, buf.virtual, buf.cache_enabled):
             raise _einval(f"free_common_buffer(length={length}, logical={logical:#x}, virtual={virtual:#x}, "
@@ -141,9 +141,9 @@ class EmulatedDmaAdapter:
     def _release(self) -> None:
         self._owner._adapters.remove(self)
 
-    def _check_usable(self, what: str) -> None:
+    def _check_usable(self) -> None:
         if self not in self._owner._adapters:
-            raise _einval(f"{what}: {self!r} was already put")
+            raise _einval(f"{self!r} was already put")
 
     def __repr__(self) -> str:
         return f"<DMA adapter of {self._owner.node_name} dma32={self._dma32}: {len(self._buffers)} common buffer(s)>"
@@ -152,10 +152,11 @@ class EmulatedDmaAdapter:
 class EmulatedProxy:
     """The proxy driver of one emulated node (implements protocols.Proxy)."""
 
+    _nolowmem = False  # until set_nolowmem says otherwise
+
     def __init__(self, node_name: str, memory: PhysicalMemory | None = None) -> None:
         self.node_name = node_name
         self.memory = memory or PhysicalMemory()
-        self._nolowmem = False
         self._fail_next = 0
         self._allocations: set[EmulatedAllocation] = set()
         self._blocks: dict[int, _Block] = {}  # base -> block
@@ -215,7 +216,7 @@ class EmulatedProxy:
 
     def allocate_contiguous(self, nbytes: int, lowest: int, highest: int, boundary: int,
                             cache_type: CacheType) -> int | None:
-        _integers("allocate_contiguous", nbytes=nbytes, lowest=lowest, highest=highest, boundary=boundary)
+        _integers(nbytes=nbytes, lowest=lowest, highest=highest, boundary=boundary)
         cache = self._cache_type(cache_type)
         if nbytes <= 0 or lowest < 0 or highest < 0 or boundary < 0:
             raise _einval(f"allocate_contiguous({nbytes}, {lowest}, {highest}, {boundary}): "
@@ -230,7 +231,7 @@ class EmulatedProxy:
         return block.base
 
     def free_contiguous(self, base: int, nbytes: int, cache_type: CacheType) -> None:
-        _integers("free_contiguous", base=base, nbytes=nbytes)
+        _integers(base=base, nbytes=nbytes)
         block = self._blocks.get(base)
         if block is None or nbytes != block.nbytes or not _is_int(cache_type) or cache_type != block.cache:
             raise _einval(f"free_contiguous({base:#x}, {nbytes}, {cache_type!r:.40}): no such contiguous block "
@@ -253,13 +254,12 @@ class EmulatedProxy:
         if not isinstance(description, DeviceDescription):
             raise _einval(f"get_dma_adapter needs a DeviceDescription, got {description!r}")
         # An uninitialised field is None: no integer, no flag.
-        problems = [f"{name} must be an integer, got {getattr(description, name)!r:.40}"
-                    for name in _DESCRIPTION_INTS if not _is_int(getattr(description, name))]
-        problems += [f"{name} must be True or False, got {getattr(description, name)!r:.40}"
-                     for name in _DESCRIPTION_FLAGS if type(getattr(description, name)) is not bool]
-        if problems:
-            raise _einval(f"get_dma_adapter: {'; '.join(problems)} (a DEVICE_DESCRIPTION must be zero-initialised, "
-                          "then filled in)")
+        ints = [name for name in _DESCRIPTION_INTS if not _is_int(getattr(description, name))]
+        flags = [name for name in _DESCRIPTION_FLAGS if type(getattr(description, name)) is not bool]
+        if ints or flags:
+            raise _einval(f"get_dma_adapter: not integers: {ints}; not True or False: {flags} in {description!r:.200} "
+                          "(a DEVICE_DESCRIPTION must be zero-initialised, then filled in)")
+        problems = []
         if not description.master:
             problems.append("master must be True (a SAN NIC is a bus master)")
         if description.maximum_length <= 0:  # type: ignore[operator]  # an int: checked above
@@ -313,13 +313,13 @@ def _einval(message: str) -> SanError:
     return SanError(WsaError.WSAEINVAL, message)
 
 
-def _integers(call: str, **values: object) -> None:
+def _integers(**values: object) -> None:
     """WSAEINVAL, before anything changes, for a size or address that is not an integer (True, 1.0)."""
-    bad = [f"{name} {value!r:.40}" for name, value in values.items() if not _is_int(value)]
+    bad = {name: value for name, value in values.items() if not _is_int(value)}
     if bad:
-        raise _einval(f"{call}: not integers: {', '.join(bad)}")
+        raise _einval(f"not integers: {bad!r:.200}")
 
 
-def _flag(call: str, name: str, value: object) -> None:
-    if type(value) is not bool:
-        raise _einval(f"{call}: {name} must be True or False, got {value!r:.40}")
+def _flag(cache_enabled: object) -> None:
+    if type(cache_enabled) is not bool:
+        raise _einval(f"cache_enabled must be True or False, got {cache_enabled!r:.40}")
