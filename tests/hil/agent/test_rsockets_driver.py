@@ -206,3 +206,22 @@ def test_rclose_with_a_live_riomap_is_a_bounded_hang_on_a_device() -> None:
     finally:
         a.kill()
         b.kill()
+
+
+def test_the_agent_answers_an_observed_process_over_its_protocol(stand_in: RsocketsChild) -> None:
+    """The verbs engine's kind for the driver is ``observed``, whose methods the agent dispatches (plumbing)."""
+    from hil.agent.dispatch import Dispatcher, EngineCodec, Registry
+    from hil.agent.engines.verbs.engine import VerbsEngine
+
+    registry = Registry(VerbsEngine.kind_of)
+    dispatcher = Dispatcher(EngineCodec(registry, lambda p, a, n: None), {})
+    oid = registry.ref(stand_in)["$o"]
+    assert registry.kind_of(stand_in) == "observed"
+    reply = dispatcher.handle({"id": 1, "obj": oid, "method": "call", "args": ["ping", {"fd": 1}, 5.0]})
+    assert reply == {"id": 1, "result": {"result": "ping"}}
+    reply = dispatcher.handle({"id": 2, "obj": oid, "method": "describe", "args": []})
+    assert reply["result"]["pid"] == stand_in.pid and reply["result"]["calls"] == ["ping(fd=1)"]
+    reply = dispatcher.handle({"id": 3, "obj": oid, "method": "kernel", "args": []})
+    assert reply["result"]["mr"] == [] and reply["result"]["unowned"] == {}
+    reply = dispatcher.handle({"id": 4, "obj": oid, "method": "kill", "args": []})
+    assert "error" not in reply and not stand_in.alive
