@@ -152,12 +152,13 @@ class EmulatedDmaAdapter:
 class EmulatedProxy:
     """The proxy driver of one emulated node (implements protocols.Proxy)."""
 
-    _nolowmem = False  # until set_nolowmem says otherwise
+    # Until set_nolowmem and fail_next say otherwise: outside NOLOWMEM, no injected failures.
+    _nolowmem = False
+    _fail_next = 0
 
     def __init__(self, node_name: str, memory: PhysicalMemory | None = None) -> None:
         self.node_name = node_name
         self.memory = memory or PhysicalMemory()
-        self._fail_next = 0
         self._allocations: set[EmulatedAllocation] = set()
         self._blocks: dict[int, _Block] = {}  # base -> block
         self._adapters: set[EmulatedDmaAdapter] = set()

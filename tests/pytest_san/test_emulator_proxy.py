@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pytest_san.emulator.memory import FREE, PAGE_SHIFT, RESERVED_FRAMES, PhysicalMemory
 from pytest_san.emulator.backend import EmulatorBackend
+from pytest_san.emulator.memory import FREE, PAGE_SHIFT, RESERVED_FRAMES, PhysicalMemory
 from pytest_san.emulator.proxy import KERNEL_VA_BASE, EmulatedAllocation, EmulatedDmaAdapter, EmulatedProxy
 from pytest_san.errors import SanError, WsaError
 from pytest_san.protocols import Proxy
@@ -266,7 +266,7 @@ def test_uninitialised_description_is_refused_naming_the_fields(proxy: EmulatedP
         proxy.get_dma_adapter(DeviceDescription())
     assert info.value.code is WsaError.WSAEINVAL
     partly = DeviceDescription(version=2, master=True, scatter_gather=True, dma32=True, maximum_length=4096)
-    with pytest.raises(SanError, match="interface_type.*dma64"):
+    with pytest.raises(SanError, match=r"interface_type.*dma64"):
         proxy.get_dma_adapter(partly)
     assert proxy.live_allocations() == 0
 
