@@ -50,16 +50,14 @@ class Connection:
         return together(self.switch.backend, calls)
 
     def _build(self, threshold: int | None) -> None:
-        """Both ends at once: their regions and registrations, the threshold if it was not given, then their
-        receives; the first failure is raised."""
-        calls = [*self.local.regions(), *self.remote.regions(4)]
-        if threshold is None:
-            calls.append((self.local.provider, "getsockopt", (self.local.socket, SO_RDMA_THRESHOLD_SIZE)))
-        made = self._together(calls)
+        """Both ends at once: their regions and registrations and the provider's threshold (used when none was
+        given: asked in the same round trip either way), then their receives; the first failure is raised."""
+        made = self._together([*self.local.regions(), *self.remote.regions(4),
+                               (self.local.provider, "getsockopt", (self.local.socket, SO_RDMA_THRESHOLD_SIZE))])
         self.local.regions_made(made[:4])
         self.remote.regions_made(made[4:8])
         raise_first(made)
-        self.rdma_threshold = made[-1][1] if threshold is None else threshold  # type: ignore[assignment]
+        self.rdma_threshold = made[8][1] if threshold is None else threshold  # type: ignore[assignment]
         posts = self._together([*self.local.receives(), *self.remote.receives()])
         count = self.message_count
         self.local.receives_made(posts[:count])
