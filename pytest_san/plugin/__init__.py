@@ -17,8 +17,8 @@ from . import hookspecs
 
 # Registered under their module names, so ``-p no:pytest_san.plugin.fixtures`` works as usual.
 pytest_plugins = ["pytest_san.plugin.options", "pytest_san.plugin.hooks", "pytest_san.plugin.fixtures",
-                  "pytest_san.plugin.model", "pytest_san.plugin.html_report", "pytest_san.plugin.junit",
-                  "pytest_san.plugin.deviations"]
+                  "pytest_san.plugin.model", "pytest_san.plugin.html_report", "pytest_san.plugin.deviations",
+                  "pytest_san.plugin.junit"]  # junit imports deviations: registered first, it is rewritten
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
