@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..pacing import Backoff
 from ..protocols import Call, Outcome, Process, Socket
 from ..together import asking, together
 from ..types import SO_RDMA_THRESHOLD_SIZE
@@ -83,16 +84,17 @@ class Connection:
     def run_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         """Drive both ends until ``condition()``; TimeoutError naming ``what`` after ``timeout`` seconds.
 
-        It polls without pausing: on the emulator everything possible happens in one round, and on a lab each
-        round asks the hosts (a round trip) whether what is pending is done."""
+        Each round asks the hosts whether what is pending is done (on a lab: a round trip); after a round in
+        which nothing moved it pauses a little longer each time (pytest_san.pacing)."""
         check_timeout(timeout)
         if not callable(condition):
             raise TypeError(f"run_until needs a condition to call, got {condition!r:.80}")
         deadline = time.monotonic() + timeout
+        pace = Backoff()
         while not condition():
             for end in (self.local, self.remote):
                 end._check()
-            self.progress()
+            pace.after(self.progress())
             if time.monotonic() >= deadline:  # also while things move: a livelock must not hang the caller
                 raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
 
