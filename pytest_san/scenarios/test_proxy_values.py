@@ -29,6 +29,9 @@ class Size(enum.IntEnum):
     PAGES = 3 * P + 5
 
 
+PAGE, PAGES = Size(P), Size(3 * P + 5)  # members by value: the scenarios name no attribute of their own
+
+
 # -- P2: sizes ----------------------------------------------------------------------------------------
 
 
@@ -63,13 +66,13 @@ def test_a_size_of_another_int_type_allocates_as_its_value(san_proxy: Proxy, nby
 @pytest.mark.san_requires("contiguous")
 def test_a_contiguous_block_of_int_subclass_values_is_granted_and_freed(san_proxy: Proxy) -> None:
     before = san_proxy.live_allocations()
-    base = san_proxy.allocate_contiguous(Size.PAGES, Size.PAGE, FOUR_GIB - 1, 1 << 20, CacheType.CACHED)
+    base = san_proxy.allocate_contiguous(PAGES, PAGE, FOUR_GIB - 1, 1 << 20, CacheType.CACHED)
     assert base is not None, "a contiguous block named with IntEnum sizes refused"
     try:
         assert base % P == 0 and base >= P
-        assert base // (1 << 20) == (base + Size.PAGES - 1) // (1 << 20)
+        assert base // (1 << 20) == (base + PAGES - 1) // (1 << 20)
     finally:
-        san_proxy.free_contiguous(base, Size.PAGES, CacheType.CACHED)
+        san_proxy.free_contiguous(base, PAGES, CacheType.CACHED)
     assert san_proxy.live_allocations() == before
 
 
@@ -125,10 +128,10 @@ def test_free_common_buffer_with_equal_values_that_are_no_integers_is_wsaeinval(
     WSAEINVAL, the buffer stays live. A length of another int type allocates."""
     adapter = san_proxy.get_dma_adapter(nic())
     try:
-        buf = adapter.allocate_common_buffer(Size.PAGES, cached)
+        buf = adapter.allocate_common_buffer(PAGES, cached)
         assert buf is not None, "a common buffer of an IntEnum length refused"
         virtual, logical = buf
-        length = int(Size.PAGES)
+        length = int(PAGES)
         try:
             live = san_proxy.live_allocations()
             for args in [(float(length), logical, virtual, cached), (length, float(logical), virtual, cached),
