@@ -162,7 +162,7 @@ class EmulatedSocket:
         if self.peer is not None:
             ops += [op for op in self.peer.inbound if op.socket is self]
         ops += self.held or []
-        return ops
+        return [op for op in ops if not op.done()]  # a close completes what it ends, and leaves the lists
 
     def __repr__(self) -> str:
         return f"<socket {self.sid} pid={self._process.pid} on {self.provider.node_name} {self.state.value}>"
