@@ -174,14 +174,14 @@ class Round:
         if isinstance(step, Transfer):
             self.ops[step.op] = planned.call
         for op_id in exp.done:
-            target: object = Earlier(self.ops[op_id]) if op_id in self.ops else rounds.side.ops.get(op_id)
+            target: object = Earlier(self.ops[op_id]) if op_id in self.ops else rounds.operation(op_id)
             if target is None:
                 continue  # the call that made it failed: nothing to wait for
             self._place(_Item((target, "wait", (rounds.side.timeout,)), planned, "wait", op_id),
                         rounds.side.op_nodes.get(op_id, own), own, planned)
         checked = rounds.side.checked(exp, full=rounds.side.full, model=spec,
-                                      known=set(rounds.side.ops) | set(self.ops))
-        op_of = {op: (Earlier(self.ops[op]) if op in self.ops else rounds.side.ops[op]) for op in checked.pending}
+                                      known=set(rounds.side.ops) | set(rounds.made) | set(self.ops))
+        op_of = {op: (Earlier(self.ops[op]) if op in self.ops else rounds.operation(op)) for op in checked.pending}
         for key, question in rounds.side.questions(checked, op_of):
             self._place(_Item(question, planned, "ask", key), rounds.domain_of_question(key, spec), own, planned)
         self.frozen |= reaches - {own}
@@ -251,6 +251,14 @@ class Rounds:
         """``made_alone``: how a step that cannot join a round runs (``side.run``, or what the caller wraps)."""
         self.side = side
         self.made_alone = made_alone
+        # Operations a transfer of an earlier round returned, until that step is judged (then ``side.ops`` holds
+        # them): a later step's wait for one must be made in its round, before the questions of its check.
+        self.made: dict[int, object] = {}
+
+    def operation(self, op_id: int) -> object | None:
+        """What stands for operation ``op_id`` made before this round: judged, or only made (None: its call
+        returned none)."""
+        return self.side.ops.get(op_id, self.made.get(op_id))
 
     # -- domains ----------------------------------------------------------------------------------
 
@@ -324,7 +332,8 @@ class Rounds:
                 yield step, self.made_alone(step)
                 continue
             round_ = Round(self, carried)
-            while pending is not None and round_.admits(pending, spec):
+            while (pending is not None and round_.admits(pending, spec) and not self._alone(spec)
+                   and not _alone_for_its_answer(pending, spec)):  # else it runs alone, after this round
                 round_.join(pending, spec)
                 pending = next_step(spec)
                 self._note(pending, spec)
@@ -373,6 +382,8 @@ class Rounds:
         for planned in round_.planned:
             if isinstance(planned.step, Transfer):
                 side.posted.setdefault(planned.step.op, now)
+                if planned.call is not None and not isinstance(planned.result, BaseException):
+                    self.made[planned.step.op] = planned.result
         side.cost.calls += time.perf_counter() - t0
 
     def _judge_all(self, waiting: list[Planned], carried: list[_Item]) -> Iterator[tuple[Step, Seen]]:
@@ -387,6 +398,8 @@ class Rounds:
         t0 = time.perf_counter()
         seen = side.judge(planned.step, planned.result, planned.waited if planned.call is not None else None,
                           planned.asked)
+        if isinstance(planned.step, Transfer):
+            self.made.pop(planned.step.op, None)  # side.ops has it now (or its completion was taken)
         side.cost.checks += time.perf_counter() - t0
         return seen
 
