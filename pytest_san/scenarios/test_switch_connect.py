@@ -101,8 +101,14 @@ BAD: list[tuple[dict[str, Any], str]] = [
 ]
 
 
+def _option_id(name: str, value: object) -> str:
+    """The same id on every run (a bare object's repr names its address)."""
+    return f"{name}=object" if type(value) is object else f"{name}={value!r:.24}"
+
+
 @pytest.mark.san_rule("R11")
-@pytest.mark.parametrize(("options", "named"), BAD, ids=[f"{k}" for k, _ in BAD])
+@pytest.mark.parametrize(("options", "named"), BAD,
+                         ids=[",".join(_option_id(n, v) for n, v in options.items()) for options, _ in BAD])
 def test_a_bad_option_is_refused_by_name_and_builds_nothing(san_switch: Switch, san_backend: Backend,
                                                            options: dict[str, Any], named: str) -> None:
     before = _live(san_backend)
