@@ -222,8 +222,8 @@ def test_an_mr_made_by_a_second_thread_belongs_to_its_process() -> None:
     MR's owner while the thread lives, and the witness lists it as unowned once the thread has ended."""
     device, _port = host.select_device(os.environ.get("SAN_DEVICE"))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    out = subprocess.run([host.pyverbs_python() or "python3", "-c", _SECOND_THREAD, device], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "PYTHONPATH": root}, check=True).stdout
+    out = subprocess.run([host.pyverbs_python() or "python3", "-c", _SECOND_THREAD, device], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": root}, check=True).stdout
     seen = json.loads(out)
     ours = [e for e in seen["during"] if e.get("tgid") == seen["pid"]]
     assert [e["pid"] for e in ours] == [seen["thread"]] and seen["thread"] != seen["pid"]
