@@ -207,8 +207,12 @@ class Endpoint:
     # -- progress
 
     def _ready(self) -> int:
-        while self.incoming and self.incoming[0].data is not None:
-            self.stream += self.incoming.popleft().data or b""
+        while self.incoming:
+            data = self.incoming[0].data
+            if data is None:  # not arrived yet: what follows waits behind it
+                break
+            self.incoming.popleft()
+            self.stream += data
         return len(self.stream)
 
     def _check(self) -> None:
