@@ -54,7 +54,7 @@ def test_a_divergence_counts_under_the_rule_it_breaks(pytester: pytest.Pytester)
                                            "-o", "junit_family=xunit1")
     result.assert_outcomes(passed=len(MODEL_RULES) - 1, failed=1)
     result.stdout.fnmatch_lines(["*breaking R6 *", f"FAILED *{MODEL_TESTS}[[]R6[]]*"])
-    result.stdout.re_match_lines([r"^R6 +0 +1 +0$", r"^R7 +1 +0 +0$"])
+    result.stdout.re_match_lines([r"^R6 +0 +1 +0 +0$", r"^R7 +1 +0 +0 +0$"])
     data = _report(pytester, "r.json")
     assert {rule for rule, counts in data["rules"].items() if counts["failed"]} == {"R6"}
     assert data["model"]["divergences"] and all(d["rules"] == ["R6"] for d in data["model"]["divergences"])
