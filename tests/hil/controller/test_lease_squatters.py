@@ -8,10 +8,12 @@ record, a byte at a time, a megabyte, nothing at all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -95,6 +97,9 @@ class Squatter:
         self.pid = self.proc.pid if user is None else _child_of(self.proc.pid)
 
     def stop(self) -> None:
+        if self.pid != self.proc.pid:  # runuser's child: SIGKILL on runuser would leave it running
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
         self.proc.kill()
         self.proc.wait()
 
