@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hil.tools.lab import reproduce_rsockets
+
 __all__ = ["REPRODUCERS", "main", "remote_command"]
 
 WAIT = 30.0  # seconds a transfer gets to complete (TCG guests are slow; a working one takes well under 1 s)
@@ -246,6 +248,7 @@ REPRODUCERS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "rxe-local-op-replayed": rxe_local_op_replayed,
     "rxe-unknown-lkey-status": rxe_unknown_lkey_status,
     "rxe-short-receive-status": rxe_short_receive_status,
+    "rsockets-rclose-live-riomap": reproduce_rsockets.rsockets_rclose_live_riomap,
 }
 _EXIT = {"gone": 0, "still there": 1, "inconclusive": 2}
 
