@@ -1,13 +1,23 @@
-"""The fixture of the observed scenarios: rsockets processes on the backend's nodes, killed after the test."""
+"""The fixture of the observed scenarios: rsockets processes on the backend's nodes, killed after the test; and
+rsockets' declared deviations (``deviations.py``), on a backend that observes it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 
-from pytest_san import Backend
+from pytest_san import Backend, Deviation
 from pytest_san.observed import ObservedProcess, Observing, RsocketsProcess
+
+from .deviations import RSOCKETS
+
+
+def pytest_san_deviations(config: pytest.Config, backend: Backend) -> Iterable[Deviation] | None:
+    """rsockets' deviations, where its scenarios run: elsewhere they are skipped and would show none."""
+    if isinstance(backend, Observing) and "rsockets" in backend.capabilities:
+        return RSOCKETS
+    return None
 
 
 @pytest.fixture

@@ -1,0 +1,72 @@
+"""rsockets' declared deviations (pytest_san/observed_scenarios/deviations.py): each explains a scenario of its
+rule, the kernel-bug one has a registered reproducer, and they are declared only where rsockets is observed.
+
+On a lab the scenarios themselves show them deviating (docs/judging-a-switch.md); here, without one, the
+declaration's conditions and the emulator run where the scenarios are skipped and nothing is declared."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from hil.tools.lab.reproduce import REPRODUCERS
+from pytest_san import Deviation
+from pytest_san.emulator import EmulatorBackend
+from pytest_san.observed import ObservedProcess
+from pytest_san.observed_scenarios import conftest, test_rsockets
+from pytest_san.observed_scenarios.deviations import RSOCKETS
+
+
+class ObservingBackend:
+    """Just enough of a backend that observes programs: its capabilities and ``spawn_observed``."""
+
+    def __init__(self, capabilities: frozenset[str]) -> None:
+        self.capabilities = capabilities
+
+    def spawn_observed(self, node: object, program: str) -> ObservedProcess:
+        raise AssertionError("not spawned here")
+
+
+def _rules(name: str) -> set[str]:
+    function = getattr(test_rsockets, name)
+    return {str(arg) for mark in getattr(function, "pytestmark", []) if mark.name == "san_rule" for arg in mark.args}
+
+
+@pytest.mark.parametrize("deviation", RSOCKETS, ids=lambda d: d.rule)
+def test_each_names_a_scenario_of_its_rule(deviation: Deviation) -> None:
+    for name in deviation.tests:
+        assert deviation.rule in _rules(name), f"{name} is not a scenario of {deviation.rule}"
+        assert deviation.explains(f"test_rsockets.py::{name}", [deviation.rule])
+
+
+def test_none_is_a_strict_xfail_any_more() -> None:
+    for deviation in RSOCKETS:
+        for name in deviation.tests:
+            marks = [m.name for m in getattr(getattr(test_rsockets, name), "pytestmark", [])]
+            assert "xfail" not in marks, f"{name} is both xfail and declared: the deviation would never show"
+
+
+def test_the_kernel_bug_has_a_registered_reproducer() -> None:
+    bugs = [d for d in RSOCKETS if d.why == "kernel-bug"]
+    assert [d.rule for d in bugs] == ["R11"]
+    command = (bugs[0].reproducer or "").split()
+    assert command[:3] == ["san-hil", "lab", "reproduce"] and command[3] in REPRODUCERS
+
+
+def test_declared_only_where_rsockets_is_observed() -> None:
+    hook = conftest.pytest_san_deviations
+    assert hook(None, ObservingBackend(frozenset({"rsockets", "rdma_read"}))) == RSOCKETS  # type: ignore[arg-type]
+    assert hook(None, ObservingBackend(frozenset({"rdma_read"}))) is None  # type: ignore[arg-type]
+    assert hook(None, EmulatorBackend()) is None  # type: ignore[arg-type]
+
+
+def test_on_the_emulator_the_scenarios_skip_and_nothing_is_declared(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--pyargs", "pytest_san.observed_scenarios", "--san-report", "report.json",
+                                "-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=len([n for n in dir(test_rsockets) if n.startswith("test_")]))
+    result.stdout.fnmatch_lines(["*backend 'emulator' lacks capability 'rsockets'*"])
+    report: Mapping[str, Any] = json.loads((pytester.path / "report.json").read_text())
+    assert report["deviations"] == []
