@@ -1,7 +1,8 @@
-"""Which pytest runs ``san-hil nightly`` makes: the host sets of an inventory.
+"""Which pytest runs ``san-hil nightly`` makes: the host sets of an inventory, and what each set's suite runs.
 
 A self-sufficient host (emulator engine, san_loopback) is a set alone; the other (verbs) hosts go in
-pairs, in order, the odd one out paired with its predecessor.
+pairs, in order, the odd one out paired with its predecessor. A set with verbs hosts runs rsockets' observed
+scenarios beside the suite: they need real verbs, and are nightly's, not CI's (CI is over its budget).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from dataclasses import dataclass
 from hil.controller.leases import self_sufficient
 from hil.inventory import HostConfig
 
-__all__ = ["HostSet", "host_sets"]
+__all__ = ["OBSERVED", "SUITE", "HostSet", "host_sets"]
+
+SUITE = "pytest_san.scenarios"
+OBSERVED = "pytest_san.observed_scenarios"  # rsockets judged by observation (docs/judging-a-switch.md)
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,11 @@ class HostSet:
     @property
     def verbs(self) -> bool:
         return any(h.engine == "verbs" for h in self.hosts)
+
+    @property
+    def suite(self) -> tuple[str, ...]:
+        """The packages its suite run collects: the scenarios, and on verbs hosts rsockets' observed ones."""
+        return (SUITE, OBSERVED) if self.verbs else (SUITE,)
 
     @property
     def slug(self) -> str:

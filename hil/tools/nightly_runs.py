@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hil.tools.nightly_plan import HostSet
+from hil.tools.nightly_plan import SUITE, HostSet
 
 __all__ = ["FAIL", "MODEL", "NONE", "PASS", "SUITE", "SetRun", "pytest_argv", "run_sets"]
 
-SUITE = "pytest_san.scenarios"
 MODEL = "pytest_san.model"
 # For summary.md only (written as UTF-8); the terminal gets words, whatever its encoding.
 PASS, FAIL, NONE = "\u2713", "\u2717", "\u2013"  # check mark, ballot x, en dash
@@ -37,7 +36,7 @@ class SetRun:
 
     set: HostSet
     directory: Path
-    kind: str = "suite"  # "suite" (pytest_san.scenarios) | "model" (pytest_san.model)
+    kind: str = "suite"  # "suite" (pytest_san.scenarios, HostSet.suite) | "model" (pytest_san.model)
     argv: list[str] = field(default_factory=list)
     exit_status: int | None = None
     started: float = 0.0
@@ -78,10 +77,10 @@ def _html_args(run: SetRun) -> list[str]:
 
 
 def pytest_argv(run: SetRun, inventory: Path, group: str, lease_timeout: float, extra: Sequence[str]) -> list[str]:
-    target = SUITE if run.kind == "suite" else MODEL
+    targets = run.set.suite if run.kind == "suite" else (MODEL,)
     # Without the cache plugin, pytest would warn about an unknown cache_dir.
     cache = [] if "no:cacheprovider" in extra else ["-o", f"cache_dir={run.directory / '.pytest_cache'}"]
-    return [sys.executable, "-m", "pytest", "--pyargs", target, "--san-backend=hil",
+    return [sys.executable, "-m", "pytest", "--pyargs", *targets, "--san-backend=hil",
             f"--san-inventory={inventory}", f"--san-group={group}", f"--san-hosts={','.join(run.set.names)}",
             f"--san-hosts-per-worker={len(run.set.hosts)}", f"--san-lease-timeout={lease_timeout:g}",
             f"--san-report={run.report}", f"--junitxml={run.junit}", "-o", f"junit_suite_name={run.label}",

@@ -1,0 +1,47 @@
+"""What each of ``san-hil nightly``'s runs collects (hil/tools/nightly_plan.py): rsockets' observed scenarios
+run nightly on every verbs host set beside the suite (CI leaves them out: docs/ci.md), never on an emulator host
+nor in the model's run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hil.inventory import HostConfig
+from hil.tools.nightly_plan import OBSERVED, SUITE, host_sets
+from hil.tools.nightly_runs import MODEL, SetRun, pytest_argv
+
+
+def _host(name: str, engine: str = "verbs") -> HostConfig:
+    return HostConfig(name=name, host="10.0.0.1", engine=engine)  # type: ignore[arg-type]
+
+
+def _collected(argv: list[str]) -> list[str]:
+    start = argv.index("--pyargs") + 1
+    return argv[start:argv.index("--san-backend=hil")]
+
+
+def test_a_verbs_pair_runs_rsockets_observed_scenarios_beside_the_suite(tmp_path: Path) -> None:
+    emulator, verbs = host_sets([_host("emu", "emulator"), _host("lab1"), _host("lab2")])
+    assert verbs.suite == (SUITE, OBSERVED) and emulator.suite == (SUITE,)
+    assert OBSERVED == "pytest_san.observed_scenarios"
+    argv = pytest_argv(SetRun(verbs, tmp_path), tmp_path / "lab.yaml", "all", 60.0, [])
+    assert _collected(argv) == ["pytest_san.scenarios", "pytest_san.observed_scenarios"]
+    assert "--san-hosts=lab1,lab2" in argv
+
+
+def test_neither_an_emulator_host_nor_the_model_runs_them(tmp_path: Path) -> None:
+    emulator, verbs = host_sets([_host("emu", "emulator"), _host("lab1"), _host("lab2")])
+    assert _collected(pytest_argv(SetRun(emulator, tmp_path), tmp_path / "i.yaml", "all", 60.0, [])) == [SUITE]
+    model = SetRun(verbs, tmp_path, kind="model")
+    assert _collected(pytest_argv(model, tmp_path / "i.yaml", "all", 60.0, [])) == [MODEL]
+
+
+def test_the_nightly_script_runs_them_and_the_hang_on_every_lab() -> None:
+    """.ci/nightly's labs reach the observed scenarios through ``san-hil nightly`` on each lab's inventory, and
+    run the rclose hang's reproducer there; .ci/run (CI) does neither."""
+    root = Path(__file__).resolve().parents[3]
+    script = (root / ".ci" / "nightly").read_text()
+    assert 'san-hil nightly --inventory "$inventory"' in script and "for provider in" in script
+    assert "san-hil lab reproduce rsockets-rclose-live-riomap --state-dir '$lab_dir/state'" in script
+    ci = (root / ".ci" / "run").read_text()
+    assert OBSERVED not in ci and "rsockets-rclose-live-riomap" not in ci
