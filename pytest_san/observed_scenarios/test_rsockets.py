@@ -1,5 +1,5 @@
 """rsockets (librdmacm's ``rsocket`` API) judged as a switch, by observation: what the kernel records for each
-process, and what a peer can still do with what was advertised (docs/switches-observed.md).
+process, and what a peer can still do with what was advertised (docs/judging-a-switch.md).
 
 Node 0's process listens and maps memory (``riomap``), node 1's connects and writes into it (``riowrite``). A write
 is known to have been placed, or refused, before anything is read back: a message sent after it on the same

@@ -19,6 +19,8 @@ from pytest_san.observed import ObservedProcess
 from pytest_san.observed_scenarios import conftest, test_rsockets
 from pytest_san.observed_scenarios.deviations import RSOCKETS
 
+from .test_plugin import FAKE_CONFTEST
+
 
 class ObservingBackend:
     """Just enough of a backend that observes programs: its capabilities and ``spawn_observed``."""
@@ -70,3 +72,46 @@ def test_on_the_emulator_the_scenarios_skip_and_nothing_is_declared(pytester: py
     result.stdout.fnmatch_lines(["*backend 'emulator' lacks capability 'rsockets'*"])
     report: Mapping[str, Any] = json.loads((pytester.path / "report.json").read_text())
     assert report["deviations"] == []
+
+
+# The fake backend of test_plugin.py, observing rsockets, with the observed scenarios' hooks.
+OBSERVING = FAKE_CONFTEST + """
+    from pytest_san.observed_scenarios.conftest import pytest_runtest_makereport, pytest_san_deviations
+
+    class ObservingFake(FakeBackend):
+        def spawn_observed(self, node, program):
+            raise NotImplementedError
+
+    def pytest_san_make_backend(config, name):
+        return ObservingFake({"rsockets"}) if name == "fake" else None
+"""
+
+SCENARIOS = """
+    import pytest
+
+    @pytest.mark.san_rule("R9")
+    def test_exactly_two_regions_per_connected_socket(san_backend):
+        assert 3 == 2, "the connected socket holds 3 MRs"
+
+    @pytest.mark.san_rule("R11")
+    def test_rclose_with_a_live_riomap_releases_everything(san_backend):
+        pytest.fail("R11: rclose ... close did not return within 15.0 s (CPU 0.99, state R)", pytrace=False)
+"""
+
+
+def test_a_deviating_scenarios_reason_says_what_this_run_saw(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(OBSERVING)
+    pytester.makepyfile(test_rsockets=SCENARIOS)
+    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json", "-p", "no:cacheprovider",
+                                "-rx")
+    result.assert_outcomes(xfailed=2)
+    result.stdout.fnmatch_lines(["XFAIL *test_rclose_with_a_live_riomap* - declared deviation: R11 by rsockets "
+                                 "(librdmacm) (kernel-bug): *; this run: R11: rclose * did not return within 15.0 s*"])
+    report: Mapping[str, Any] = json.loads((pytester.path / "report.json").read_text())
+    reasons = {t["nodeid"].rpartition("::")[2]: t["reason"] for t in report["tests"]}
+    assert reasons["test_exactly_two_regions_per_connected_socket"].endswith(
+        "; this run: the connected socket holds 3 MRs assert 3 == 2")
+    assert "; this run: R11: rclose ... close did not return within 15.0 s (CPU 0.99, state R)" in reasons[
+        "test_rclose_with_a_live_riomap_releases_everything"]
+    assert [d["observed"] for d in report["deviations"] if d["implementation"] == "rsockets (librdmacm)"] == [True,
+                                                                                                            True]
