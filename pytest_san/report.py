@@ -212,13 +212,17 @@ class ConformanceReport:
         self.merge_deviations(other.deviations)
 
     def merge_deviations(self, entries: Iterable[Mapping[str, Any]]) -> None:
-        """Declared deviations from another worker: one entry each, observed when any worker observed it."""
+        """Deviations and known differences from another worker: one entry each, observed when any worker
+        observed it, applied on every host any worker named."""
         def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
-            return entry["rule"], entry["implementation"], entry["what"]
+            return entry.get("kind", "declared"), entry["rule"], entry["implementation"], entry["what"]
         mine = {key(entry): entry for entry in self.deviations}
         for entry in entries:
             if key(entry) in mine:
-                mine[key(entry)]["observed"] = bool(mine[key(entry)]["observed"] or entry["observed"])
+                known = mine[key(entry)]
+                known["observed"] = bool(known["observed"] or entry["observed"])
+                if "hosts" in entry:
+                    known["hosts"] = sorted({*known.get("hosts", ()), *entry["hosts"]})
             else:
                 self.deviations.append(mine.setdefault(key(entry), dict(entry)))
 
@@ -237,12 +241,24 @@ class ConformanceReport:
         return lines + self.deviation_lines()
 
     def deviation_lines(self) -> list[tuple[str, bool]]:
-        """Each declared deviation, observed or not (one not observed is shown as a failure)."""
+        """Each declared deviation, observed or not (one not observed is shown as a failure), then each known
+        difference by name (docs/deviations.md has its text), never shown as a failure."""
         lines = []
         for entry in self.deviations:
-            seen = "observed" if entry["observed"] else "declared but NOT observed"
-            lines.append((f"deviation {entry['rule']} ({entry['why']}) by {entry['implementation']}: {entry['what']}"
-                          f" [{seen}]", not entry["observed"]))
+            kind = entry.get("kind", "declared")
+            head = f"{entry['rule']} ({entry['why']})"
+            if kind == "workaround":
+                hosts = ", ".join(entry.get("hosts", ())) or "(no host)"
+                lines.append((f"workaround {head} {entry.get('name')} by {entry['implementation']} on {hosts}"
+                              " [applied]", False))
+            elif kind == "alternative":
+                seen = "met by the model" if entry["observed"] else "in effect, not met by the model"
+                lines.append((f"alternative {head} {entry.get('name')} for {entry['implementation']} [{seen}]",
+                              False))
+            else:
+                seen = "observed" if entry["observed"] else "declared but NOT observed"
+                lines.append((f"deviation {head} by {entry['implementation']}: {entry['what']} [{seen}]",
+                              not entry["observed"]))
         return lines
 
     def header_line(self) -> str:

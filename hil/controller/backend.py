@@ -16,12 +16,14 @@ from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
 from hil.controller.observed import RemoteObserved, spawn_observed
 from hil.controller.remote import Remote, RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
 from hil.controller.together import together
+from hil.controller.workarounds import applied_on
 from hil.inventory import HostConfig
 from hil.rpc.codec import referenced
 from hil.transport import Transport, open_transport
 
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
+from pytest_san.deviations import KnownDifference
 from pytest_san.protocols import (
     Answering,
     Backend,
@@ -219,6 +221,11 @@ class HilBackend:
     @property
     def faults(self) -> RemoteFaults | None:
         return RemoteFaults(self) if "faults" in self._capabilities else None
+
+    def known_differences(self) -> list[KnownDifference]:
+        """The kernel workarounds the hosts' engines apply, for the verdict's table of deviations
+        (pytest_san.deviations.ReportsDifferences)."""
+        return applied_on(self.kernel_log.record)
 
     def model_budget(self) -> ModelBudget:
         """The reference model in the suite's run on lab hosts (pytest_san.protocols.DeclaresModelBudget): a

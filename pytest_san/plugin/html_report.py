@@ -53,6 +53,13 @@ def pytest_html_results_table_row(report: Any, cells: list[str]) -> None:
         cells.insert(2, f'<td class="col-{RULES_COLUMN}">{escape(" ".join(rules_of(report)))}</td>')
 
 
+def _title(entry: dict[str, Any]) -> str:
+    """A known difference's line names it; its texts are the item's tooltip."""
+    if entry.get("kind", "declared") == "declared":
+        return ""
+    return f' title="{escape(entry["what"])} Instead: {escape(str(entry.get("instead")))}"'
+
+
 def summary_html(report: ConformanceReport) -> str:
     """The summary's SAN part: backend, capabilities, every rule's counts, the model's line, the declared
     deviations."""
@@ -77,9 +84,9 @@ def summary_html(report: ConformanceReport) -> str:
     if report.model is not None:
         parts.append(f'<p class="san-model-line">{escape(report.model.lines()[0][0])}</p>')
     if report.deviations:
-        items = "".join(f'<li data-rule="{escape(d["rule"])}" data-observed="{str(d["observed"]).lower()}">'
-                        f'{escape(line)}</li>' for d, (line, _) in zip(report.deviations, report.deviation_lines(),
-                                                                  strict=True))
+        items = "".join(f'<li data-rule="{escape(d["rule"])}" data-observed="{str(d["observed"]).lower()}" '
+                        f'data-kind="{escape(d.get("kind", "declared"))}"{_title(d)}>{escape(line)}</li>'
+                        for d, (line, _) in zip(report.deviations, report.deviation_lines(), strict=True))
         parts.append(f'<ul class="san-deviations" id="san-deviations">{items}</ul>')
     parts.append("</div>")
     return "\n".join(parts)

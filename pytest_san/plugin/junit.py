@@ -9,7 +9,8 @@
   test (``san_round_trips``, a user property) are left out of it.
 - A test that failed as a declared deviation says so (``san_deviation``, xunit1); under xunit2 the suite carries
   ``san_deviations``, the report's ``"deviations"`` as JSON. pytest itself writes such a test as skipped
-  (``pytest.xfail``) with the deviation as its message.
+  (``pytest.xfail``) with the deviation as its message. The known differences (workarounds, alternatives) belong
+  to no test: under xunit1 the suite carries them as ``san_deviations`` (xunit2: in the same list).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from ..report import LEAK_RULE, catalog_order
-from .deviations import DEVIATED_KEY, declared_dicts
+from .deviations import DEVIATED_KEY, verdict_dicts
 from .fixtures import ROUND_TRIPS_PROPERTY
 from .hooks import LEAKS_KEY, REPORT_KEY, backend_name, is_san_test, marker_args
 
@@ -73,12 +74,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     family = _family(config)
     report = config.stash.get(REPORT_KEY, None)
-    xml = _log_xml(config) if family is not None and family not in PER_TEST_FAMILIES else None
+    xml = _log_xml(config) if family is not None else None
     if xml is None or report is None or not report.tests:
+        return
+    deviations = report.deviations or verdict_dicts(config)  # an xdist controller has its workers'
+    if family in PER_TEST_FAMILIES:  # a declared deviation is on its tests; what belongs to none, on the suite
+        known = [entry for entry in deviations if entry.get("kind", "declared") != "declared"]
+        if known:
+            xml.add_global_property("san_deviations", json.dumps(known, separators=(",", ":")))
         return
     rules = {test.nodeid: list(test.rules) for test in report.tests}
     xml.add_global_property("san_rules", json.dumps(rules, separators=(",", ":")))
     xml.add_global_property("san_backend", _backend(config))
-    deviations = report.deviations or declared_dicts(config)  # an xdist controller has its workers'
     if deviations:
         xml.add_global_property("san_deviations", json.dumps(deviations, separators=(",", ":")))

@@ -56,8 +56,9 @@ def test_a_failure_declared_is_deviating_not_failed(pytester: pytest.Pytester) -
     assert result.ret == 0
     assert report["rules"]["R9"] == {"passed": 1, "failed": 0, "skipped": 0, "deviating": 1}
     assert report["deviations"] == [{
-        "rule": "R9", "implementation": "a fake switch", "what": "three regions a connection: a control area "
-        "besides the two", "why": "by-design", "reproducer": None, "tests": ["test_two_regions"], "observed": True}]
+        "kind": "declared", "rule": "R9", "implementation": "a fake switch",
+        "what": "three regions a connection: a control area besides the two", "why": "by-design", "reproducer": None,
+        "tests": ["test_two_regions"], "observed": True}]
     (test,) = [t for t in report["tests"] if t["nodeid"].endswith("test_two_regions")]
     assert test["outcome"] == "deviating" and "a fake switch" in test["reason"]
     result.stdout.re_match_lines([r"rule +passed +failed +skipped +deviating", r"R9 +1 +0 +0 +1",
@@ -134,7 +135,8 @@ def test_pytest_html_lists_the_deviations(pytester: pytest.Pytester) -> None:
     _run(pytester, "test_two_regions", "--html", "page.html", "--self-contained-html")
     page = (pytester.path / "page.html").read_text()
     assert '<td class="san-deviating">1</td>' in page
-    assert '<li data-rule="R9" data-observed="true">deviation R9 (by-design) by a fake switch' in page
+    assert ('<li data-rule="R9" data-observed="true" data-kind="declared">deviation R9 (by-design) by a fake switch'
+            in page)
 
 
 @pytest.mark.parametrize("family", ["xunit1", "xunit2"])

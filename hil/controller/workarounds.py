@@ -1,0 +1,69 @@
+"""The verbs engine's kernel workarounds as rows of the table of known differences (pytest_san.known_differences).
+
+Each agent's hello names the workarounds its engine applies on its host (hil/agent/engines/verbs/quirks.py
+decides by driver and kernel); ``applied_on`` turns what the run's hosts said into the verdict's entries, one per
+workaround with the hosts that apply it. ``WORKAROUND_RULES`` places each in the table by the rule it keeps: the
+one the kernel's bug would break without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from hil.agent.engines.verbs.quirks import WORKAROUNDS, Workaround
+from pytest_san.deviations import KnownDifference
+
+__all__ = ["WORKAROUND_RULES", "applied_on", "every_workaround", "workaround"]
+
+WORKAROUND_RULES: Mapping[str, str] = {
+    "siw-zero-length-sge": "R14",  # a zero-length entry is legal (CONTRACT.md section 6): it must complete
+    "siw-unchecked-remote-access": "R7",  # a read served from memory registered without remote read (and R8)
+    "rxe-zero-length-read": "R14",  # every operation completes with a status
+    "rxe-flushed-local-error": "R14",  # LOCAL_PROTECTION, not a flush as if something else had failed
+    "rxe-local-op-replayed": "R14",  # the waiting request completes with its own status
+}
+"""Each workaround's rule (tests/pytest_san/test_known_differences.py checks every workaround has one)."""
+
+
+def _series(version: tuple[int, int] | None) -> str:
+    return "" if version is None else f"{version[0]}.{version[1]}"
+
+
+def kernels(w: Workaround) -> str:
+    """Which kernels need it, as quirks.py's ``broken_from`` and ``fixed_in`` say."""
+    if w.broken_from is None and w.fixed_in is None:
+        return "every kernel tested"
+    if w.fixed_in is None:
+        return f"kernels from {_series(w.broken_from)}"
+    if w.broken_from is None:
+        return f"kernels before {_series(w.fixed_in)}"
+    return f"kernels from {_series(w.broken_from)} before {_series(w.fixed_in)}"
+
+
+def workaround(w: Workaround, hosts: Iterable[str] = ()) -> KnownDifference:
+    """``w`` as a row of the table; ``hosts``: where this run applies it."""
+    return KnownDifference("workaround", w.name, WORKAROUND_RULES.get(w.name, "R14"),
+                           f"the verbs engine on {w.driver} ({kernels(w)})", w.bug, w.does, "kernel-bug",
+                           f"san-hil lab reproduce {w.name}", hosts=tuple(hosts))
+
+
+def every_workaround() -> list[KnownDifference]:
+    """Every workaround the engine ships (docs/deviations.md)."""
+    return [workaround(w) for w in WORKAROUNDS]
+
+
+def applied_on(record: Mapping[str, Mapping[str, object]]) -> list[KnownDifference]:
+    """The workarounds applied on the run's hosts: ``record`` is the report's ``"kernel_resources"`` (host ->
+    its entry, whose ``"workarounds"`` the host's hello gave), in quirks.py's order. A name this controller does
+    not know (an agent of another version) is listed as such, not dropped."""
+    hosts: dict[str, list[str]] = {}
+    for host, entry in record.items():
+        names = entry.get("workarounds")
+        for name in names if isinstance(names, list) else ():
+            hosts.setdefault(str(name), []).append(host)
+    known = {w.name: w for w in WORKAROUNDS}
+    out = [workaround(w, hosts[w.name]) for w in WORKAROUNDS if w.name in hosts]
+    out += [KnownDifference("workaround", name, "R14", "the verbs engine", "(not in this controller's quirks.py)",
+                            "(unknown)", "kernel-bug", f"san-hil lab reproduce {name}", hosts=tuple(where))
+            for name, where in hosts.items() if name not in known]
+    return out
