@@ -154,6 +154,17 @@ def test_without_the_model_no_alternative_is_listed(pytester: pytest.Pytester) -
     assert _report(pytester)["deviations"] == []
 
 
+def test_under_xdist_each_worker_s_hosts_merge_into_one_entry(pytester: pytest.Pytester) -> None:
+    """``--dist each``: both workers run every test, so both build the backend and list the workaround."""
+    pytester.makeconftest(WORKING_AROUND.replace('hosts=("lab1", "lab2")',
+                                                 'hosts=(__import__("os").environ["PYTEST_XDIST_WORKER"],)'))
+    pytester.makepyfile(test_switch=TESTS)
+    pytester.runpytest_subprocess("-n", "2", "--dist", "each", "--san-backend", "fake", "--san-report",
+                                  "report.json", "-p", "no:cacheprovider")
+    (entry,) = _report(pytester)["deviations"]
+    assert (entry["name"], entry["hosts"], entry["observed"]) == ("fake-three-regions", ["gw0", "gw1"], True)
+
+
 def test_every_alternative_has_a_row_of_the_table() -> None:
     assert set(ALTERNATIVE_RULES) == {alt.id for alt in alternatives.ALTERNATIVES}
     for alt in alternatives.ALTERNATIVES:
