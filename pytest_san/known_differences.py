@@ -28,7 +28,7 @@ ALTERNATIVE_RULES: Mapping[str, tuple[str, Why, str | None]] = {
     "zero-byte-rdma": ("R3", "spec-ambiguity", None),
     "rdma-read-one-buffer": ("R14", "by-design", None),
     "error-ends-connection": ("R4", "by-design", None),
-    "descriptor-checked-first": ("R7", "kernel-bug", "san-hil lab reproduce siw-unchecked-remote-access"),
+    "descriptor-checked-first": ("R14", "kernel-bug", "san-hil lab reproduce siw-unchecked-remote-access"),
     "refused-at-the-call": ("R14", "spec-ambiguity", None),
 }
 """Each documented alternative's place in the table (tests/pytest_san/test_known_differences.py checks that
