@@ -57,7 +57,7 @@ def applied_on(record: Mapping[str, Mapping[str, object]]) -> list[KnownDifferen
     its entry, whose ``"workarounds"`` the host's hello gave), in quirks.py's order. A name this controller does
     not know (an agent of another version) is listed as such, not dropped."""
     hosts: dict[str, list[str]] = {}
-    for host, entry in record.items():
+    for host, entry in sorted(record.items()):
         names = entry.get("workarounds")
         for name in names if isinstance(names, list) else ():
             hosts.setdefault(str(name), []).append(host)
