@@ -3,8 +3,22 @@
 The public names downstream tests use (CONTRACT.md section 5) are importable from here.
 """
 
+from .contract import (
+    DO_DIRECT_IO,
+    FOUR_GIB,
+    PAGE_SIZE,
+    SO_MAX_RDMA_SIZE,
+    SO_RDMA_THRESHOLD_SIZE,
+    Access,
+    CacheType,
+    Completion,
+    DeviceDescription,
+    Leak,
+    SanError,
+    Status,
+    WsaError,
+)
 from .deviations import Deviation
-from .errors import SanError, WsaError
 from .protocols import (
     Backend,
     Buffer,
@@ -20,19 +34,6 @@ from .protocols import (
     Socket,
 )
 from .switch import Connection, Endpoint, Switch
-from .types import (
-    DO_DIRECT_IO,
-    FOUR_GIB,
-    PAGE_SIZE,
-    SO_MAX_RDMA_SIZE,
-    SO_RDMA_THRESHOLD_SIZE,
-    Access,
-    CacheType,
-    Completion,
-    DeviceDescription,
-    Leak,
-    Status,
-)
 
 __version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it (dynamic = ["version"])
 

@@ -25,9 +25,8 @@ from collections import deque
 from typing import Protocol, runtime_checkable
 
 from . import checks
-from .errors import SanError, WsaError
+from .contract import Completion, SanError, Status, WsaError
 from .protocols import Descriptor, LocalBuffers, PendingOperation, Provider, Socket
-from .types import Completion, Status
 
 DEPTH = 16
 """Transfers in flight by default (perftest's ``--tx-depth`` is 128; 16 keeps Soft-RoCE busy)."""

@@ -1,13 +1,15 @@
 """The contract's values, in one place: Winsock error codes, completion statuses, access flags, the
-proxy's and the provider's constants, and ``SanError``.
+proxy's and the provider's constants, ``SanError`` and the value types (completions, device descriptions,
+leaks; CONTRACT.md section 2).
 
 Standard library only and Python 3.9 compatible: besides pytest-san itself, the hil agent imports
 this module on lab hosts (it is pushed there with the agent), so both sides speak the same values.
-``pytest_san.errors`` and ``pytest_san.types`` re-export these names.
+Inside the package every one of these names is imported from here; users import them from ``pytest_san``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import struct
 
@@ -123,3 +125,54 @@ DESCRIPTOR_SIZE = DESCRIPTOR.size  # 20: what pytest-san's providers chose; any 
 def is_int(value: object) -> bool:
     """An integer argument: an int (or an int subclass such as an IntEnum), but not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """What a finished operation yields [WSPGetOverlappedResult]."""
+
+    status: Status
+    bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.SUCCESS
+
+
+@dataclasses.dataclass
+class DeviceDescription:
+    """DEVICE_DESCRIPTION for get_dma_adapter (P5).
+
+    ``DeviceDescription.zeroed()`` is the zero-initialised structure the proxy must start
+    from; a plain ``DeviceDescription()`` leaves every field uninitialised (None) and is
+    refused, as an uninitialised stack structure would be.
+    """
+
+    version: int | None = None
+    master: bool | None = None
+    scatter_gather: bool | None = None
+    dma32: bool | None = None
+    dma64: bool | None = None
+    maximum_length: int | None = None
+    interface_type: int | None = None
+
+    @classmethod
+    def zeroed(cls) -> DeviceDescription:
+        return cls(version=0, master=False, scatter_gather=False, dma32=False, dma64=False,
+                   maximum_length=0, interface_type=0)
+
+    def uninitialised(self) -> list[str]:
+        """Names of fields never initialised."""
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Leak:
+    """A registration or allocation still alive after the test's sockets were closed (R11)."""
+
+    node: str
+    kind: str  # "registration" or "allocation"
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.node}: {self.kind} {self.detail}"

@@ -1,10 +1,16 @@
-"""Winsock error codes and the exception every provider call raises (CONTRACT.md section 2).
-
-Both live in ``pytest_san.contract``, the one module of the contract's values; imported from here too.
+"""Deprecated alias: ``SanError`` and ``WsaError`` live in ``pytest_san.contract`` and are imported from
+``pytest_san`` (CONTRACT.md section 5). Importing them from here still works, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
-from .contract import SanError, WsaError
+from typing import TYPE_CHECKING
+
+from ._deprecated import forward
+
+if TYPE_CHECKING:
+    from .contract import SanError, WsaError
 
 __all__ = ["SanError", "WsaError"]
+
+__getattr__ = forward(__name__, __all__)

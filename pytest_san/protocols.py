@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from .types import Access, CacheType, Completion, DeviceDescription, Leak
+from .contract import Access, CacheType, Completion, DeviceDescription, Leak
 
 Handle = Hashable
 """A register_memory handle: an opaque value of the provider's choosing (an int, a string, ...), hashable and

@@ -19,7 +19,7 @@ from sphinx.util.docutils import SphinxDirective
 
 import pytest_san
 
-DEFINING_MODULES = ("pytest_san.contract", "pytest_san.types", "pytest_san.protocols")
+DEFINING_MODULES = ("pytest_san.contract", "pytest_san.protocols")
 
 
 def _is_defined_class(name: str, value: object) -> bool:

@@ -19,8 +19,7 @@ STARTUP_FAILED = 5  # exit status of an agent whose engine could not start (its 
 # What is pushed to a host: the agent and the parts of pytest_san the emulator engine runs.
 AGENT_TREES = ("hil/agent", "hil/rpc", "pytest_san/emulator", "pytest_san/switch")
 AGENT_FILES = ("hil/__init__.py", "pytest_san/__init__.py", "pytest_san/contract.py", "pytest_san/checks.py",
-               "pytest_san/errors.py", "pytest_san/types.py", "pytest_san/notes.py", "pytest_san/pacing.py",
-               "pytest_san/deviations.py", "pytest_san/report.py",
+               "pytest_san/notes.py", "pytest_san/pacing.py", "pytest_san/deviations.py", "pytest_san/report.py",
                "pytest_san/protocols.py", "pytest_san/burst.py", "pytest_san/together.py")
 
 

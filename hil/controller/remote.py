@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from hil.controller.client import AgentClient, Outcome
 from hil.rpc.codec import Codec, buffer_fields, buffer_ref, object_ref, referenced
 from pytest_san.burst import DEPTH, BurstProvider
-from pytest_san.contract import is_int
+from pytest_san.contract import Access, CacheType, Completion, DeviceDescription, Status, is_int
 from pytest_san.protocols import (
     Allocation,
     Buffer,
@@ -27,7 +27,6 @@ from pytest_san.protocols import (
     Registration,
     Socket,
 )
-from pytest_san.types import Access, CacheType, Completion, DeviceDescription, Status
 
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded

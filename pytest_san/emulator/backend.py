@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import SanError, WsaError
-from ..types import Leak
+from ..contract import Leak, SanError, WsaError
 from .fabric import Fabric
 from .node import EmulatedNode
 from .process import EmulatedProcess

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from ..types import Status
+from ..contract import Status
 from .sockets import EmulatedSocket, SocketState
 
 if TYPE_CHECKING:

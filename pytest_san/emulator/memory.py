@@ -8,7 +8,7 @@ serialise.
 
 from __future__ import annotations
 
-from ..types import FOUR_GIB, PAGE_SIZE
+from ..contract import FOUR_GIB, PAGE_SIZE
 
 PAGE_SHIFT = PAGE_SIZE.bit_length() - 1
 GIB = 1 << 30

@@ -6,8 +6,7 @@ import bisect
 import itertools
 from typing import TYPE_CHECKING
 
-from ..errors import SanError, WsaError
-from ..types import PAGE_SIZE
+from ..contract import PAGE_SIZE, SanError, WsaError
 
 if TYPE_CHECKING:
     from .node import EmulatedNode

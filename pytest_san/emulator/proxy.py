@@ -11,11 +11,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from ..contract import DO_DIRECT_IO, MAX_DESCRIPTION_VERSION, PAGE_SIZE, CacheType
-from ..errors import SanError, WsaError
+from ..contract import (
+    DO_DIRECT_IO,
+    MAX_DESCRIPTION_VERSION,
+    PAGE_SIZE,
+    CacheType,
+    DeviceDescription,
+    SanError,
+    WsaError,
+)
+from ..contract import is_int as _is_int
 from ..protocols import Allocation, DmaAdapter
-from ..types import DeviceDescription
-from ..types import is_int as _is_int
 from .memory import FOUR_GIB_FRAME, PAGE_SHIFT, PhysicalMemory
 
 _new = object.__new__

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..types import Access, Completion, Status
+from ..contract import Access, Completion, Status
 
 if TYPE_CHECKING:
     from .process import EmulatedProcess

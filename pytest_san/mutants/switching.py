@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ..errors import SanError, WsaError
+from ..contract import SanError, WsaError
 from ..protocols import Backend, Node, Process, Switch, SwitchConnection, SwitchEndpoint
 
 

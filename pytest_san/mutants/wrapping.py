@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from ..errors import SanError
+from ..contract import PAGE_SIZE, Access, CacheType, Completion, DeviceDescription, SanError
 from ..protocols import Buffer, Descriptor, Handle, LocalBuffers, Node, PendingOperation, Provider, Proxy, Socket
-from ..types import PAGE_SIZE, Access, CacheType, Completion, DeviceDescription
 
 
 @dataclasses.dataclass

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import SanError, WsaError
+from ..contract import SanError, WsaError
 from ..report import LEAK_RULE
 from .hooks import LEAKS_KEY, SAN_FIXTURES, created_backend, get_backend, uses_san_fixtures
 
 if TYPE_CHECKING:
+    from ..contract import Leak
     from ..protocols import Backend, Provider, Proxy, Switch
-    from ..types import Leak
 
 SWITCHES_KEY = pytest.StashKey[list["Switch"]]()
 """On an item: the switches its ``san_switch`` made, closed by the leak check when the backend ends tests itself."""

@@ -6,10 +6,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..contract import SO_RDMA_THRESHOLD_SIZE
 from ..pacing import Backoff
 from ..protocols import Call, Outcome, Process, Socket
 from ..together import asking, together
-from ..types import SO_RDMA_THRESHOLD_SIZE
 from .endpoint import Endpoint, check_timeout, raise_first
 
 if TYPE_CHECKING:

@@ -7,11 +7,10 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SanError, WsaError
+from ..contract import SO_MAX_RDMA_SIZE, Access, SanError, Status, WsaError
 from ..notes import add_note
 from ..protocols import Buffer, Call, Handle, Outcome, PendingOperation, Process, Provider, Proxy, Question, Socket
 from ..together import Earlier, first_failure, together
-from ..types import SO_MAX_RDMA_SIZE, Access, Status
 from .session import HEADER, LENGTH, MORE, Kind, Message, messages, src_avail
 
 if TYPE_CHECKING:

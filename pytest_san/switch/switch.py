@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SanError, WsaError
+from ..contract import SanError, WsaError
+from ..contract import is_int as _is_int
 from ..protocols import Backend, Node, Process
-from ..types import is_int as _is_int
 from .connection import Connection
 from .session import HEADER
 

@@ -7,6 +7,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
+from pytest_san import FOUR_GIB, PAGE_SIZE
 from pytest_san.emulator.memory import (
     DEFAULT_FRAMES,
     FOUR_GIB_FRAME,
@@ -17,7 +18,6 @@ from pytest_san.emulator.memory import (
     TAKEN,
     PhysicalMemory,
 )
-from pytest_san.types import FOUR_GIB, PAGE_SIZE
 
 P = PAGE_SIZE
 R = RESERVED_FRAMES

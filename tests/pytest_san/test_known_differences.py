@@ -31,7 +31,7 @@ WORKING_AROUND = FAKE_CONFTEST + """
 # A legal variant (string handles, pytest_san.mutants.legal) that refuses at the call a scatter entry naming no
 # handle of the socket: the model's refused-at-the-call alternative, taken.
 REFUSING = """
-    from pytest_san.errors import SanError, WsaError
+    from pytest_san import SanError, WsaError
     from pytest_san.mutants.legal.string_handles import UNKNOWN, StringHandles
     from pytest_san.mutants.wrapping import provider_hook
 

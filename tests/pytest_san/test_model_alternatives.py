@@ -162,10 +162,10 @@ def test_a_waiting_send_the_step_delivered_did_not_give_up() -> None:
     had ended, and reported the writes' bytes, which had landed, as a divergence."""
     import time
 
+    from pytest_san import Completion
     from pytest_san.contract import Status
     from pytest_san.model.execute import Side
     from pytest_san.model.steps import Key, Transfer
-    from pytest_san.types import Completion
 
     class Op:
         def __init__(self, completion: Completion | None) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pytest_san import Access
 from pytest_san.contract import MAX_SGE, SanError, Status, WsaError
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.model import alternatives
@@ -22,7 +23,6 @@ from pytest_san.model.run import Budget, ModelRun, Summary
 from pytest_san.model.steps import Key, Register, Transfer, plan_for
 from pytest_san.mutants.wrapping import DelegatingProvider, Shared, entries
 from pytest_san.protocols import Buffer, Node
-from pytest_san.types import Access
 from tests.pytest_san.held_out.single_entry_rdma_read import SingleEntryRdmaRead
 from tests.pytest_san.test_model_rounds import Interleaving
 

@@ -17,7 +17,7 @@ FAKE_CONFTEST = """
 
     import pytest
 
-    from pytest_san.types import Leak
+    from pytest_san import Leak
 
 
     def log(event):
@@ -478,7 +478,7 @@ def test_terminal_table(fake: pytest.Pytester) -> None:
 
 LEAKY_TESTS = """
     import pytest
-    from pytest_san.types import Leak
+    from pytest_san import Leak
 
     @pytest.mark.san_rule("R3")
     def test_leaks(san_backend):
@@ -511,7 +511,7 @@ def test_leak_fails_the_test_and_counts_against_r11(fake: pytest.Pytester) -> No
 
 def test_leak_check_ignores_tests_without_san_fixtures(fake: pytest.Pytester) -> None:
     fake.makepyfile("""
-        from pytest_san.types import Leak
+        from pytest_san import Leak
 
         holder = []
 
@@ -562,7 +562,7 @@ def test_switch_is_closed_before_the_leak_check(fake: pytest.Pytester) -> None:
 
 def test_unmarked_leaky_test_still_counts_r11(fake: pytest.Pytester) -> None:
     fake.makepyfile("""
-        from pytest_san.types import Leak
+        from pytest_san import Leak
 
         def test_leaks(san_backend):
             san_backend.live.append(Leak("n0", "allocation", "4096 bytes"))

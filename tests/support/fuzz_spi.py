@@ -58,8 +58,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from pytest_san import PAGE_SIZE, Access, CacheType, Completion, DeviceDescription, SanError, Status, Switch, WsaError
+from pytest_san.contract import is_int as _is_int
 from pytest_san.plugin.fixtures import leak_message
-from pytest_san.types import is_int as _is_int
 
 ALLOWED = (SanError, TypeError, ValueError)
 T = TypeVar("T")

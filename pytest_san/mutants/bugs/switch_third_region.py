@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...contract import Access
 from ...protocols import Node, Process, SwitchConnection
-from ...types import Access
 from ..switching import SwitchWrapper, own_switch, switch_hook, traced
 
 BREAKS = ("R9",)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import SanError, WsaError
+from ...contract import SanError, WsaError
 from ..wrapping import DelegatingProxy, proxy_hook
 
 

@@ -19,9 +19,8 @@ import pytest
 from hil.controller.backend import HilBackend
 from hil.controller.client import AgentError
 from hil.inventory import HostConfig
-from pytest_san import Access, Backend, Connection, SanError, Switch
+from pytest_san import Access, Backend, Connection, DeviceDescription, SanError, Switch
 from pytest_san.emulator import EmulatorBackend
-from pytest_san.types import DeviceDescription
 
 
 class Other(enum.IntEnum):

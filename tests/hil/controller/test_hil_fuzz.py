@@ -25,9 +25,8 @@ from hypothesis import strategies as st
 from hil.controller.backend import HilBackend
 from hil.controller.client import AgentError
 from hil.inventory import HostConfig
-from pytest_san import Access, Backend, SanError
+from pytest_san import Access, Backend, CacheType, DeviceDescription, SanError
 from pytest_san.emulator import EmulatorBackend
-from pytest_san.types import CacheType, DeviceDescription
 
 EXAMPLES = int(os.environ.get("SAN_FUZZ_EXAMPLES", "100"))
 

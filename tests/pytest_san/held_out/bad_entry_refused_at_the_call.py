@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_san.errors import SanError, WsaError
+from pytest_san import Access, SanError, WsaError
 from pytest_san.mutants.wrapping import DelegatingProvider, entries, inside, provider_hook
-from pytest_san.types import Access
 
 
 class BadEntryRefusedAtTheCall(DelegatingProvider):

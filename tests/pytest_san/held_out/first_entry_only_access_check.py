@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_san import Access
 from pytest_san.mutants.wrapping import SubstitutingHandles, provider_hook
 from pytest_san.protocols import Buffer
-from pytest_san.types import Access
 
 BREAKS = ("R6", "R7")
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_san.errors import SanError, WsaError
+from pytest_san import Completion, SanError, WsaError
 from pytest_san.mutants.wrapping import DelegatingProvider, entries, provider_hook
-from pytest_san.types import Completion
 
 BREAKS = ("R13",)
 

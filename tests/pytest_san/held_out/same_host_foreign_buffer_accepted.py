@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_san.errors import SanError, WsaError
+from pytest_san import SanError, WsaError
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
 
 BREAKS = ("R1", "R5")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_san import Completion, Status
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.types import Completion, Status
 
 BREAKS = ("R14",)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from pytest_san.errors import SanError, WsaError
+from pytest_san import SanError, WsaError
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
 
 SIZE = 8

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_san.errors import SanError, WsaError
+from pytest_san import SanError, WsaError
 from pytest_san.mutants.wrapping import DelegatingProvider, entries, provider_hook
 from pytest_san.protocols import Buffer
 
