@@ -26,6 +26,7 @@ PACKAGE_DATA = (
     "hil/inventory/examples/ini/group_vars/san.yml",
     "hil/tools/lab/README.md",
     "hil/tools/lab/install.sh",
+    "hil/tools/lab/guest-init.sh",
 )
 
 

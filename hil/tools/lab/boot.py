@@ -27,7 +27,7 @@ from pathlib import Path
 import hil
 from hil.tools.lab import LabError
 from hil.tools.lab.guest import (
-    GUEST_INIT,
+    GUEST_INIT_SCRIPT,
     MAX_GUESTS,
     GuestSpec,
     console_tail,
@@ -358,7 +358,7 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
         for path in keys.files():
             state.add_file(path)
         init = directory / INIT_SCRIPT
-        init.write_text(GUEST_INIT)
+        shutil.copyfile(GUEST_INIT_SCRIPT, init)
         init.chmod(0o755)
         state.add_file(init)
         _start_hub(state, directory)

@@ -32,7 +32,7 @@ from hil.tools.cli import main
 from hil.tools.lab import LabError
 from hil.tools.lab.guest import (
     FAILED_MARKER,
-    GUEST_INIT,
+    GUEST_INIT_SCRIPT,
     READY_MARKER,
     GuestSpec,
     console_tail,
@@ -81,7 +81,8 @@ def test_vng_command_line(tmp_path: Path) -> None:
     assert "--disable-kvm" not in vng_command(_spec(tmp_path, kvm=True))
     # the in-guest script gets the guest's identity and the lab's keys
     exec_argv = shlex.split(argv[argv.index("--exec") + 1])
-    assert exec_argv == ["/bin/bash", str(tmp_path / "guest-init.sh"), "boot", "lab2", "52:54:00:5a:00:02",
+    assert exec_argv == ["/bin/bash", str(tmp_path / "guest-init.sh"), "--ready", READY_MARKER, "--failed",
+                         FAILED_MARKER, "--mgmt-cidr", "10.0.2.15/24", "boot", "lab2", "52:54:00:5a:00:02",
                          "10.77.0.2/24", "52:54:00:5a:01:02", str(tmp_path / "host_ed25519"),
                          str(tmp_path / "client_ed25519.pub"), "16"]
     # qemu options last, in the `=` form (a value starting with '-' is an option to argparse), no spaces
@@ -512,8 +513,7 @@ def _find_nic(script: Path, net: Path, mac: str) -> subprocess.CompletedProcess[
 
 
 def test_boot_script_finds_the_nic_by_mac(tmp_path: Path) -> None:
-    script = tmp_path / "guest-init.sh"
-    script.write_text(GUEST_INIT)
+    script = GUEST_INIT_SCRIPT
     subprocess.run(["bash", "-n", str(script)], check=True)  # syntax
     net = _fake_sysfs(tmp_path)
     assert _find_nic(script, net, "52:54:00:5a:00:01").stdout == "enp0s3\n"
@@ -524,16 +524,25 @@ def test_boot_script_finds_the_nic_by_mac(tmp_path: Path) -> None:
     assert usage.returncode == 2 and "usage" in usage.stderr
 
 
+@pytest.mark.parametrize("options", [[], ["--ready", READY_MARKER, "--failed", FAILED_MARKER], ["--ready"]])
+def test_boot_without_its_markers_or_address_is_a_usage_error(options: list[str]) -> None:
+    """The markers and the management address are the script's arguments: booting without one of them stops at
+    once with the usage, before the script touches a NIC."""
+    argv = ["bash", str(GUEST_INIT_SCRIPT), *options, "boot", "lab1", "52:54:00:5a:00:01", "10.77.0.1/24",
+            "52:54:00:5a:01:01", "/nonexistent/host_key", "/nonexistent/authorized_keys"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode != 0 and "usage" in done.stderr and done.stdout == ""
+
+
 def test_the_ready_marker_waits_for_sshd_to_listen(tmp_path: Path) -> None:
     """sshd forks before it binds its port and writes its pid file once it listens: the script waits for
     the pid file between starting sshd and printing the marker."""
-    lines = GUEST_INIT.splitlines()
+    lines = GUEST_INIT_SCRIPT.read_text().splitlines()
     started = next(i for i, line in enumerate(lines) if line.strip().startswith("/usr/sbin/sshd "))
     waited = next(i for i, line in enumerate(lines) if line.strip().startswith('wait_file "$d/sshd.pid"'))
-    ready = next(i for i, line in enumerate(lines) if line.strip().startswith('echo "SAN-LAB-READY'))
+    ready = next(i for i, line in enumerate(lines) if line.strip().startswith('echo "$READY_MARKER'))
     assert started < waited < ready
-    script = tmp_path / "guest-init.sh"
-    script.write_text(GUEST_INIT)
+    script = GUEST_INIT_SCRIPT
     pid_file = tmp_path / "sshd.pid"
     waiter = subprocess.Popen(["bash", str(script), "wait-file", str(pid_file), "120"])
     try:
