@@ -42,11 +42,11 @@ from hil.tools.lab.guest import (
 from hil.tools.lab.inventory import host_configs, write_inventory
 from hil.tools.lab.kernel import DEFAULT_CACHE, DEFAULT_KERNEL, Kernel, fetch_kernel, kernel_choice
 from hil.tools.lab.keys import LabKeys, generate_keys, write_known_hosts
-from hil.tools.lab.procs import group_is_ours, temp_files
+from hil.tools.lab.procs import group_is_ours, group_members, stop_group, temp_files
 from hil.tools.lab.progress import Progress
 from hil.tools.lab.provider import DEFAULT_PROVIDER, provider
 from hil.tools.lab.siw import MODULE, siw_module
-from hil.tools.lab.state import DEFAULT_STATE_DIR, GuestState, LabState, group_members, stop_group
+from hil.tools.lab.state import DEFAULT_STATE_DIR, GuestState, LabState
 from hil.tools.lab.teardown import _teardown
 
 __all__ = ["UpOptions", "up"]

@@ -20,9 +20,9 @@ from typing import Any, TextIO
 from hil.tools.lab import LabError
 from hil.tools.lab.boot import UpOptions, up
 from hil.tools.lab.keys import LabKeys
-from hil.tools.lab.procs import group_is_ours
+from hil.tools.lab.procs import group_is_ours, group_members
 from hil.tools.lab.progress import Progress
-from hil.tools.lab.state import DEFAULT_STATE_DIR, LabState, group_members
+from hil.tools.lab.state import DEFAULT_STATE_DIR, LabState
 from hil.tools.lab.teardown import down, leftovers
 
 __all__ = ["Progress", "Terminated", "UpOptions", "down", "handle_stop_signals", "leftovers", "pytest_command",

@@ -1,4 +1,8 @@
-"""Which processes belong to a lab: command lines that name its state directory, compared as paths.
+"""A lab's processes: which belong to it (command lines that name its state directory, compared as paths),
+their process groups, and stopping them.
+
+Every process of the lab leads its own session (vng and the qemu it execs through a shell share it), so
+stopping a lab means signalling process groups.
 
 A lab's processes name its state directory: the hub its port file, vng (the leader of a guest's process
 group) the init script in its ``--exec`` command, qemu the same script inside the base64 ``virtme.exec``
@@ -13,15 +17,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import os
 import re
 import shlex
+import signal
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from hil.tools.lab.state import group_members, pid_alive
-
-__all__ = ["ancestors", "argv_of", "group_is_ours", "leftovers", "names_dir", "temp_files"]
+__all__ = ["ancestors", "argv_of", "group_is_ours", "group_members", "leftovers", "names_dir", "pid_alive",
+           "stop_group", "temp_files"]
 
 _VIRTME_EXEC = re.compile(r"virtme\.exec=`([A-Za-z0-9+/=]+)`")
 # vng's temp file (tempfile.mkstemp(prefix="virtme_ret")): qemu writes the guest's exit status into it
@@ -73,6 +79,60 @@ def names_dir(argv: Sequence[str], directory: str | Path) -> bool:
     """Whether a command line names ``directory`` (or a path below it) as a path, not as a substring."""
     root = os.path.normpath(os.path.abspath(directory))
     return any(_under(word, root) for arg in argv for word in _words(arg))
+
+
+# --- process groups ---------------------------------------------------------------------------------
+
+
+def pid_alive(pid: int) -> bool:
+    """Running (a zombie does not count: it has exited, only its parent has not looked yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def _reap(pid: int) -> None:
+    # When up and down run in one process (lab run, tests), the guests are our children: collect them.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command name) of every live process in process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rpartition(")")[2].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append((int(entry.name), comm))
+    return sorted(members)
+
+
+def stop_group(pgid: int, grace: float = 5.0) -> list[tuple[int, str]]:
+    """SIGTERM the group, SIGKILL what is left after ``grace`` s; returns what survived both (nothing)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not group_members(pgid):
+            break
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            _reap(pgid)
+            if not group_members(pgid):
+                break
+            time.sleep(0.1)
+    _reap(pgid)
+    return group_members(pgid)
 
 
 def group_is_ours(pgid: int, directory: str | Path) -> bool:

@@ -1,16 +1,14 @@
-"""What a running lab consists of, on disk (``<state dir>/state.json``), and its processes.
+"""What a running lab consists of, on disk (``<state dir>/state.json``).
 
 ``lab up`` saves the state after every process it starts, so that ``lab down`` from another process, or
-after ``up`` was interrupted, finds everything. Every process of the lab leads its own session (vng and
-the qemu it execs through a shell share it), so stopping a lab means signalling process groups.
+after ``up`` was interrupted, finds everything: the process groups it recorded (``hil.tools.lab.procs``
+judges and stops them) and the files it made.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,9 +21,6 @@ __all__ = [
     "STATE_FILE",
     "GuestState",
     "LabState",
-    "group_members",
-    "pid_alive",
-    "stop_group",
 ]
 
 DEFAULT_STATE_DIR = Path("~/.cache/pytest-san/lab")
@@ -98,57 +93,3 @@ class LabState:
             return cls(guests=guests, **raw)
         except TypeError as exc:
             raise LabError(f"{path}: unexpected lab state ({exc}); remove it by hand") from None
-
-
-# --- processes -------------------------------------------------------------------------------------
-
-
-def pid_alive(pid: int) -> bool:
-    """Running (a zombie does not count: it has exited, only its parent has not looked yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
-def _reap(pid: int) -> None:
-    # When up and down run in one process (lab run, tests), the guests are our children: collect them.
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def group_members(pgid: int) -> list[tuple[int, str]]:
-    """(pid, command name) of every live process in process group ``pgid``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat.rpartition(")")[2].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append((int(entry.name), comm))
-    return sorted(members)
-
-
-def stop_group(pgid: int, grace: float = 5.0) -> list[tuple[int, str]]:
-    """SIGTERM the group, SIGKILL what is left after ``grace`` s; returns what survived both (nothing)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not group_members(pgid):
-            break
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            _reap(pgid)
-            if not group_members(pgid):
-                break
-            time.sleep(0.1)
-    _reap(pgid)
-    return group_members(pgid)

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from hil.tools.lab import LabError
-from hil.tools.lab.procs import group_is_ours, temp_files
+from hil.tools.lab.procs import group_is_ours, group_members, stop_group, temp_files
 from hil.tools.lab.procs import leftovers as _leftovers
 from hil.tools.lab.progress import Progress
-from hil.tools.lab.state import DEFAULT_STATE_DIR, STATE_FILE, LabState, group_members, stop_group
+from hil.tools.lab.state import DEFAULT_STATE_DIR, STATE_FILE, LabState
 
 __all__ = ["down", "leftovers"]
 

@@ -46,8 +46,8 @@ from hil.tools.lab.inventory import host_configs, write_inventory
 from hil.tools.lab.kernel import Kernel, fetch_kernel, find_kernel, image_package
 from hil.tools.lab.keys import generate_keys, write_known_hosts
 from hil.tools.lab.lab import down, leftovers, pytest_command, status
-from hil.tools.lab.procs import argv_of, group_is_ours, names_dir, temp_files
-from hil.tools.lab.state import STATE_FILE, GuestState, LabState, group_members, stop_group
+from hil.tools.lab.procs import argv_of, group_is_ours, group_members, names_dir, stop_group, temp_files
+from hil.tools.lab.state import STATE_FILE, GuestState, LabState
 from tests.support.sshd import SshServer
 
 ROOT = Path(__file__).resolve().parents[3]

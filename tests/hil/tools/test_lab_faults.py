@@ -33,7 +33,8 @@ import pytest
 from hil.controller.backend import Agent, HilBackend
 from hil.controller.client import AgentError
 from hil.inventory import HostConfig
-from hil.tools.lab.state import LabState, group_members
+from hil.tools.lab.procs import group_members
+from hil.tools.lab.state import LabState
 from hil.transport import TransportError
 from hil.transport.base import CLOSE_GRACE
 from hil.transport.ssh import KILL_TIMEOUT
