@@ -222,7 +222,8 @@ def rxe_unknown_lkey_status(engine: Any) -> dict[str, Any]:
     done = _unknown_lkey_send(engine)
     wc = -1 if done is None else done.get("wc_status", -1)
     verdict = {2: "still there", 4: "gone"}.get(wc, "inconclusive")
-    why = " (flushed: see rxe-flushed-local-error)" if wc == 5 else ""
+    why = (": cannot tell, the kernel flushed the request (rxe-flushed-local-error), so the status it gives a "
+           "bad lkey is never seen") if wc == 5 else ""
     return {"verdict": verdict, "detail": f"the send completed {done} (wc_status {wc}){why}"}
 
 
