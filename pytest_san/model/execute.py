@@ -211,12 +211,12 @@ class Side:
         except Exception as exc:  # judged below: an error code the model expects, or a problem
             result = exc
         self._popped = {}
-        self._judge(step, seen, result)
+        self._judge_answer(step, seen, result)
         if seen.problems and racy is not None and self._gave_up_meanwhile(racy):
             self.ops.update(self._popped)  # their completions are kept: waiting again answers the same
             vars(model).update(vars(racy))  # in place: the generator holds this model
             seen = _merged(Seen(model.apply(step)), _merged(self.catch_up() or Seen(Expect()), gave_up))
-            self._judge(step, seen, result)
+            self._judge_answer(step, seen, result)
         t1 = time.perf_counter()
         self._settled_check(seen, full=self.full)
         self.cost.calls += t1 - t0
@@ -340,14 +340,14 @@ class Side:
             seen.call = "skipped"
             return seen
         self._popped = {}
-        self._judge(step, seen, result, waited or {})
+        self._judge_answer(step, seen, result, waited or {})
         # Asked in its round, before any later step ran there (a step expecting an error completion, whose
         # state change may come after the round's questions, is made alone: rounds.py).
         self.check(seen, full=self.full, asked=asked)
         self.cost.steps += 1
         return seen
 
-    def _judge(self, step: Step, seen: Seen, result: object, waited: Waited | None = None) -> None:
+    def _judge_answer(self, step: Step, seen: Seen, result: object, waited: Waited | None = None) -> None:
         """``result``: what the call returned or raised; ``waited``: the expected completions as already waited
         for (a round: op id -> the wait's outcome), the others waited for now."""
         exp = seen.expect
@@ -451,7 +451,7 @@ class Side:
         assert model is not None
         checked = self.checked(seen.expect, full=full)
         if asked is not None:
-            self._compare(seen, checked, full, lambda key: recorded(asked, key))
+            self._check_state(seen, checked, full, lambda key: recorded(asked, key))
             return
         questions = dict(self.questions(checked))
 
@@ -469,9 +469,11 @@ class Side:
         backend = self.world.backend
         asking = backend.answering(live) if isinstance(backend, Answering) else contextlib.nullcontext()
         with asking:  # a lab: every question of this check in one round trip
-            self._compare(seen, checked, full, now)
+            self._check_state(seen, checked, full, now)
 
-    def _compare(self, seen: Seen, checked: Checked, full: bool, ask: Callable[[Asked], Any]) -> None:
+    def _check_state(self, seen: Seen, checked: Checked, full: bool, ask: Callable[[Asked], Any]) -> None:
+        """The backend's state (``checked``, as ``ask`` answers it) held to the model's: each difference is a
+        problem of ``seen``."""
         model = self.model
         assert model is not None
         for sock_id in checked.registrations:

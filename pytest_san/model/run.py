@@ -177,7 +177,7 @@ class ModelRun:
         made = self._made(sides, draw, self.budget.steps)
         for i, (step, first) in enumerate(made):
             steps.append(step)
-            outcome = self._compare(sides, step, i, first, seen, alternatives=self.summary.alternatives)
+            outcome = self._judge_step(sides, step, i, first, seen, alternatives=self.summary.alternatives)
             self.summary.steps += 1
             if outcome is not None:
                 break
@@ -205,10 +205,11 @@ class ModelRun:
                 return
             yield step, side.run(step)
 
-    def _compare(self, sides: Sequence[Side], step: Step, index: int, first: Seen,
+    def _judge_step(self, sides: Sequence[Side], step: Step, index: int, first: Seen,
                  seens: list[list[Seen]] | None = None,
                  alternatives: collections.Counter[str] | None = None) -> Outcome | None:
-        """Judge one step: what the backend under test made of it (``first``), beside the reference's."""
+        """Judge one step: what the backend under test made of it (``first``) and the reference's run of it, each
+        held to the model, then their answers compared; the first problem or difference, else None."""
         seen = [first, *(side.run(step) for side in sides[1:])]
         if seens is not None:
             seens.append(seen)
@@ -249,7 +250,7 @@ class ModelRun:
         given = iter(steps)
         made = self._made(sides, lambda _: next(given, None), len(steps))
         for i, (step, first) in enumerate(made):
-            outcome = self._compare(sides, step, i, first, seens)
+            outcome = self._judge_step(sides, step, i, first, seens)
             if outcome is not None:
                 made.close()
                 self._cleanup(sides)
