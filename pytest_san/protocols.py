@@ -237,6 +237,25 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class EndsTests(Protocol):
+    """Optional, for a backend whose every call is a round trip (hil): ``end_test(close)`` ends a test in one
+    step, in as few round trips as it can: ``close()`` (the switches closing what the test left; None: nothing
+    to close), the leak check and the reset. Returns (the leaks, the errors of ``close`` and of each call it
+    made on its behalf). The leak check uses it where a backend has it, else ``leaks()`` then ``reset()``."""
+
+    def end_test(self, close: Callable[[], None] | None = None) -> tuple[list[Leak], list[Exception]]: ...
+
+
+@runtime_checkable
+class CountsRoundTrips(Protocol):
+    """Optional, for a backend whose calls are round trips (hil): ``round_trips()`` says, per host, how many
+    times it has waited for answers so far. The fixtures record what each test's SAN fixtures cost in them
+    (the ``san_round_trips`` user property)."""
+
+    def round_trips(self) -> Mapping[str, int]: ...
+
+
 class ModelBudget(NamedTuple):
     """How much of the reference model the suite runs: ``sequences`` random SPI sequences of ``steps`` steps,
     starting none after ``deadline`` seconds (None: no deadline)."""

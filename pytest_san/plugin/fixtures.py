@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..contract import SanError, WsaError
+from ..protocols import CountsRoundTrips, EndsTests
 from ..report import LEAK_RULE
 from .hooks import LEAKS_KEY, SAN_FIXTURES, created_backend, get_backend, uses_san_fixtures
 
 if TYPE_CHECKING:
-    from ..contract import Leak
     from ..protocols import Backend, Provider, Proxy, Switch
 
 SWITCHES_KEY = pytest.StashKey[list["Switch"]]()
@@ -25,8 +25,7 @@ ROUND_TRIPS_PROPERTY = "san_round_trips"
 
 def round_trips(backend: object) -> dict[str, int] | None:
     """Per host, the agent round trips ``backend`` made so far, if it counts them (the hil backend)."""
-    counter = getattr(backend, "round_trips", None)
-    return dict(counter()) if callable(counter) else None
+    return dict(backend.round_trips()) if isinstance(backend, CountsRoundTrips) else None
 
 
 def _add_round_trips(item: pytest.Item, phase: str, before: dict[str, int] | None, backend: object) -> None:
@@ -67,7 +66,7 @@ def san_switch(san_backend: Backend, request: pytest.FixtureRequest) -> Iterator
     every connection it made is closed afterwards (by the leak check, in the same batch as the check and the
     reset, where the backend ends tests itself)."""
     switch = make_switch(request.config, san_backend)
-    if _ends_tests(san_backend):
+    if isinstance(san_backend, EndsTests):
         request.node.stash.setdefault(SWITCHES_KEY, []).append(switch)
         yield switch
         return
@@ -91,12 +90,6 @@ def make_switch(config: pytest.Config, backend: Backend) -> Switch:
     from ..switch import Switch as OwnSwitch  # imported late: loading the plugin stays cheap
 
     return OwnSwitch(backend)
-
-
-def _ends_tests(backend: object) -> bool:
-    """Whether ``backend`` offers ``end_test(close) -> (leaks, errors)``: closing, the leak check and the
-    reset as one step, in as few round trips as it can (the hil backend)."""
-    return callable(getattr(backend, "end_test", None))
 
 
 @pytest.fixture
@@ -159,8 +152,7 @@ def _end_test(backend: Backend, switches: list[Switch]) -> tuple[list[str], SanE
     Closing failures are as ``Switch.close_all`` reports them: a socket already gone (WSAENOTSOCK) is no
     failure; anything else is one SanError naming each.
     """
-    end_test: Callable[..., tuple[list[Leak], list[Exception]]] | None = getattr(backend, "end_test", None)
-    if end_test is None:
+    if not isinstance(backend, EndsTests):
         try:
             leaks = [str(leak) for leak in backend.leaks()]
         finally:
@@ -171,7 +163,7 @@ def _end_test(backend: Backend, switches: list[Switch]) -> tuple[list[str], SanE
         for switch in switches:
             switch.close_all()
 
-    found, errors = end_test(close if any(_has_connections(s) for s in switches) else None)
+    found, errors = backend.end_test(close if any(_has_connections(s) for s in switches) else None)
     problems: list[str] = []
     for error in errors:
         if isinstance(error, SanError) and error.code is WsaError.WSAENOTSOCK:
