@@ -23,6 +23,7 @@ from hil.transport import Transport, open_transport
 
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
+from pytest_san.contract import Leak
 from pytest_san.deviations import KnownDifference
 from pytest_san.protocols import (
     Answering,
@@ -38,7 +39,6 @@ from pytest_san.protocols import (
     Question,
     Socket,
 )
-from pytest_san.types import Leak
 
 log = logging.getLogger(__name__)  # resets, and dead agents replaced
 
@@ -183,6 +183,35 @@ def combined_capabilities(per_agent: Sequence[frozenset[str]], nodes: int) -> fr
     return caps - {"emulator"}
 
 
+def _ask_leaks(agents: Sequence[Agent], send: Callable[[Agent, list[tuple[int, str, list[Encoded]]]], None],
+               collect: Callable[[Agent], list[Outcome]]) -> list[Leak]:
+    """Every agent's leaks, asked at once: ``send(agent, [the question])`` to each, then ``collect(agent)`` its
+    outcomes, the question's first. An agent that cannot be asked or answers with an error leaves the others
+    asked and read; the first such failure is raised after them."""
+    failure: Exception | None = None
+    sent: list[Agent] = []
+    for agent in agents:
+        try:
+            send(agent, [(agent.engine, "leaks", [])])
+            sent.append(agent)
+        except Exception as exc:  # gone: the others are still asked
+            failure = failure or exc
+    found: list[Leak] = []
+    for agent in sent:
+        try:
+            [(ok, value)] = collect(agent)
+        except Exception as exc:  # a dead agent: the others are still read, then this is raised
+            failure = failure or exc
+            continue
+        if not ok:
+            failure = failure or value
+            continue
+        found += [Leak(node, kind, detail) for node, kind, detail in value]
+    if failure is not None:
+        raise failure
+    return found
+
+
 class HilBackend:
     """Nodes served by agents on the selected hosts; every call crosses the agent protocol."""
 
@@ -275,23 +304,8 @@ class HilBackend:
 
     def leaks(self) -> list[Leak]:
         """What every agent still holds, all asked at once (one round trip)."""
-        for agent in self.agents:
-            agent.session.send_many([(agent.engine, "leaks", [])])
-        found: list[Leak] = []
-        failure: Exception | None = None
-        for agent in self.agents:
-            try:
-                [(ok, value)] = agent.session.collect()
-            except Exception as exc:  # a dead agent: the others are still read, then this is raised
-                failure = failure or exc
-                continue
-            if not ok:
-                failure = failure or value
-                continue
-            found += [Leak(node, kind, detail) for node, kind, detail in value]
-        if failure is not None:
-            raise failure
-        return found
+        return _ask_leaks(self.agents, lambda agent, ask: agent.session.send_many(ask),
+                          lambda agent: agent.session.collect())
 
     def round_trips(self) -> dict[str, int]:
         """Per host: times the controller has waited for its agent's replies so far (pipelined requests
@@ -324,30 +338,15 @@ class HilBackend:
                 finally:
                     for agent in live:
                         agent.session.deferring = False
-            leaks: list[Leak] = []
-            failure: Exception | None = None
-            sent: list[Agent] = []
-            for agent in live:
+
+            def collect(agent: Agent) -> list[Outcome]:
                 try:
-                    agent.send_reset([(agent.engine, "leaks", [])])
-                    sent.append(agent)
-                except Exception as exc:  # gone: the others are still read, and reset
-                    failure = failure or exc
-            for agent in sent:
-                try:
-                    [(ok, found)] = agent.collect_reset(1)
-                except Exception as exc:
-                    failure = failure or exc
-                    continue
+                    return agent.collect_reset(1)
                 finally:
-                    errors += [error for _, error in agent.session.deferred_errors]
+                    errors.extend(error for _, error in agent.session.deferred_errors)
                     agent.session.deferred_errors.clear()
-                if not ok:
-                    failure = failure or found
-                    continue
-                leaks += [Leak(node, kind, detail) for node, kind, detail in found]
-            if failure is not None:
-                raise failure
+
+            leaks = _ask_leaks(live, Agent.send_reset, collect)
         finally:
             for agent in self.agents:
                 agent.session.known.clear()
