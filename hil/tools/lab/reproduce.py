@@ -26,7 +26,7 @@ from typing import Any
 
 from hil.tools.lab import reproduce_rsockets
 
-__all__ = ["REPRODUCERS", "main", "remote_command"]
+__all__ = ["REPRODUCERS", "main", "remote_command", "worst"]
 
 WAIT = 30.0  # seconds a transfer gets to complete (TCG guests are slow; a working one takes well under 1 s)
 DMESG_LINES = 30
@@ -145,9 +145,14 @@ def siw_unchecked_remote_access(engine: Any) -> dict[str, Any]:
     if (refused := _off(engine, "siw-unchecked-remote-access")) is not None:
         return refused
     (read, why_read), (write, why_write) = _read_of_a_write_only_window(engine), _overlong_write(engine)
-    verdicts = {read, write}
-    verdict = "still there" if "still there" in verdicts else "gone" if verdicts == {"gone"} else "inconclusive"
-    return {"verdict": verdict, "detail": f"read: {read}: {why_read}; write: {write}: {why_write}"}
+    return {"verdict": worst(read, write), "detail": f"read: {read}: {why_read}; write: {write}: {why_write}"}
+
+
+def worst(*verdicts: str) -> str:
+    """A bug of several parts: still there if one part is, gone once every part is, else inconclusive."""
+    if "still there" in verdicts:
+        return "still there"
+    return "gone" if verdicts and set(verdicts) == {"gone"} else "inconclusive"
 
 
 def rxe_zero_length_read(engine: Any) -> dict[str, Any]:

@@ -53,3 +53,21 @@ def test_every_workaround_says_what_it_is_for() -> None:
     assert len({w.name for w in WORKAROUNDS}) == len(WORKAROUNDS)
     for w in WORKAROUNDS:
         assert w.driver in ("rxe", "siw") and w.bug and w.does
+
+
+def test_each_workaround_was_retested_on_every_kernel_the_lab_boots() -> None:
+    """What its reproducer found decides where it applies: a kernel it found the bug on gets it, one it found the
+    bug gone on does not, unless ``kept`` says why the engine still applies it."""
+    for w in WORKAROUNDS:
+        assert [series for series, _ in w.retested] == list(quirks.KERNELS), w.name
+        for series, verdict in w.retested:
+            assert verdict in (quirks.THERE, quirks.GONE), w.name
+            if verdict == quirks.THERE:
+                assert w.broken(series) and w.needed(series), (w.name, series)
+            else:
+                assert w.kept or not w.needed(series), (w.name, series)
+
+
+def test_a_kept_workaround_applies_where_its_bug_is_gone() -> None:
+    w = Workaround("x", "rxe", "a bug", "a workaround", fixed_in=(6, 12), kept="the NIC skips a check")
+    assert [(w.broken(s), w.needed(s)) for s in ((6, 1), (6, 12))] == [(True, True), (False, True)]
