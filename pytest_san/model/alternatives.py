@@ -88,8 +88,8 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "checked against the window: SUCCESS, or ACCESS_VIOLATION breaking both ends",
                 "SUCCESS at once whenever 0 <= offset <= the length the descriptor states (registered or not, "
                 "any access), else ACCESS_VIOLATION breaking only the local end",
-                "the IB spec lets a NIC skip the rkey check of a zero-length transfer and rxe never completes "
-                "a zero-length RDMA READ: the verbs provider completes it itself"),
+                "the IB spec lets a NIC skip the rkey check of a zero-length transfer, and rxe checks nothing "
+                "of one (6.1 and 6.12): the verbs provider completes it itself"),
     Alternative(READ_ONE_BUFFER, None,
                 "an rdma_read whose scatter list has more than one non-empty entry (at most the contract's 4)",
                 "reads into them all",

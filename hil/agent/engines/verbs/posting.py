@@ -201,8 +201,8 @@ class Posting:
             # window (offset 2**64 read the window's start). Past any window: what the responder answers.
             return self._refuse(op, Status.ACCESS_VIOLATION.value)
         if op.nbytes == 0 and self._device.complete_zero_rdma:
-            # Nothing to move: rxe (kernel 6.1) never completes a zero-length RDMA READ, and the IB spec lets
-            # a NIC skip the rkey check of a zero-length transfer. Completed here, checked against the
+            # Nothing to move: the IB spec lets a NIC skip the rkey check of a zero-length transfer, and rxe
+            # checks nothing of one (quirks.py: rxe-zero-length-read). Completed here, checked against the
             # window's range as the descriptor states it (whether it is still registered, and its access,
             # only the peer's NIC knows: a documented alternative).
             if 0 <= offset <= window_length:
