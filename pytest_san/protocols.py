@@ -201,8 +201,9 @@ class DeclaresCapabilities(Protocol):
 class Faults(Protocol):
     """Fault injection (capability ``"faults"``)."""
 
-    def fail_allocations(self, node: Node, count: int) -> None:
-        """The next ``count`` proxy allocations on ``node`` fail with WSAENOBUFS."""
+    def fail_allocations(self, node: Node, count: int, after: int = 0) -> None:
+        """The next ``count`` proxy allocations on ``node`` fail with WSAENOBUFS, once ``after`` more have
+        succeeded (0: from the next one on). A new call replaces what is left of the last one."""
         ...
     def drop_link(self, a: Node, b: Node) -> None: ...
     def restore_link(self, a: Node, b: Node) -> None: ...

@@ -420,9 +420,9 @@ class RemoteFaults:
             raise TypeError(f"{what} takes a socket of this hil backend, got {socket!r:.80}")
         return socket
 
-    def fail_allocations(self, node: Node, count: int) -> None:
+    def fail_allocations(self, node: Node, count: int, after: int = 0) -> None:
         mine = self._node(node, "fail_allocations")
-        self._backend.agent_of(mine).call("faults", "fail_allocations", mine, count)
+        self._backend.agent_of(mine).call("faults", "fail_allocations", mine, count, after)
 
     def drop_link(self, a: Node, b: Node) -> None:
         self._link("drop_link", a, b)

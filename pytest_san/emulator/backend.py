@@ -115,8 +115,8 @@ class EmulatorFaults:
     def __init__(self, backend: EmulatorBackend) -> None:
         self._backend = backend
 
-    def fail_allocations(self, node: Any, count: int) -> None:
-        self._backend._own_node(node, "fail_allocations").base_proxy.fail_next(count)
+    def fail_allocations(self, node: Any, count: int, after: int = 0) -> None:
+        self._backend._own_node(node, "fail_allocations").base_proxy.fail_next(count, after)
 
     def drop_link(self, a: Any, b: Any) -> None:
         a, b = (self._backend._own_node(n, "drop_link") for n in (a, b))

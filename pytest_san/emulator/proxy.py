@@ -161,6 +161,7 @@ class EmulatedProxy:
     # Until set_nolowmem and fail_next say otherwise: outside NOLOWMEM, no injected failures.
     _nolowmem = False
     _fail_next = 0
+    _fail_after = 0
 
     def __init__(self, node_name: str, memory: PhysicalMemory | None = None) -> None:
         self.node_name = node_name
@@ -190,8 +191,11 @@ class EmulatedProxy:
         if not _is_int(nbytes) or nbytes <= 0:
             raise _einval(f"proxy of {self.node_name}: cannot allocate {nbytes!r:.80} bytes")
         if self._fail_next > 0:
-            self._fail_next -= 1
-            raise SanError(WsaError.WSAENOBUFS, f"proxy of {self.node_name}: injected allocation failure")
+            if self._fail_after > 0:
+                self._fail_after -= 1
+            else:
+                self._fail_next -= 1
+                raise SanError(WsaError.WSAENOBUFS, f"proxy of {self.node_name}: injected allocation failure")
         first = self.memory.take(_frames(nbytes), _FLOOR[self._nolowmem])
         if first is None:
             raise SanError(WsaError.WSAENOBUFS, f"proxy of {self.node_name}: no {nbytes} bytes of physical memory "
@@ -211,13 +215,15 @@ class EmulatedProxy:
                           "(a double free, released by reset, or another proxy's)")
         allocation._release()
 
-    def fail_next(self, count: int) -> None:
-        """Fault injection: the next ``count`` calls to ``allocate`` raise WSAENOBUFS."""
-        if not _is_int(count):
-            raise TypeError(f"fail_next needs an integer count, got {count!r:.80}")
-        if count < 0:
-            raise ValueError(f"fail_next needs a count >= 0, got {count}")
-        self._fail_next = count
+    def fail_next(self, count: int, after: int = 0) -> None:
+        """Fault injection: the next ``count`` calls to ``allocate`` raise WSAENOBUFS, once ``after`` more have
+        succeeded."""
+        for name, value in (("count", count), ("after", after)):
+            if not _is_int(value):
+                raise TypeError(f"fail_next needs an integer {name}, got {value!r:.80}")
+            if value < 0:
+                raise ValueError(f"fail_next needs {name} >= 0, got {value}")
+        self._fail_next, self._fail_after = count, after
 
     # -- P4: contiguous memory ---------------------------------------------------------------
 
@@ -306,7 +312,7 @@ class EmulatedProxy:
         """Give back everything still alive (after a leak was reported) and clear fault injection."""
         for thing in self.live():
             thing._release()
-        self._fail_next = 0
+        self._fail_next = self._fail_after = 0
 
     def __repr__(self) -> str:
         return f"<EmulatedProxy {self.node_name} nolowmem={self._nolowmem} live={self.live_allocations()}>"

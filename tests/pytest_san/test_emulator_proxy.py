@@ -372,6 +372,29 @@ def test_fail_next_fails_exactly_that_many_allocations(proxy: EmulatedProxy) -> 
         proxy.fail_next(-1)
 
 
+def test_fail_next_after_lets_that_many_through_first(proxy: EmulatedProxy) -> None:
+    """``after``: the scenario of a connect refused at an end's second region (issue 30's held-out switch bug)."""
+    proxy.fail_next(2, 1)
+    first = proxy.allocate(P)
+    for _ in range(2):
+        with pytest.raises(SanError, match="injected"):
+            proxy.allocate(P)
+    proxy.free(proxy.allocate(P))
+    proxy.free(first)
+    proxy.fail_next(1, 3)
+    proxy.fail_next(1)  # replaces `after` too
+    with pytest.raises(SanError, match="injected"):
+        proxy.allocate(P)
+    proxy.fail_next(1, 2)
+    proxy.reset()  # clears both
+    for _ in range(3):
+        proxy.free(proxy.allocate(P))
+    with pytest.raises(ValueError, match="after"):
+        proxy.fail_next(1, -1)
+    with pytest.raises(TypeError, match="after"):
+        proxy.fail_next(1, 1.5)  # type: ignore[arg-type]
+
+
 def test_live_lists_everything_alive_and_reset_frees_it(proxy: EmulatedProxy) -> None:
     assert proxy.live() == []
     a = proxy.allocate(3 * P)
