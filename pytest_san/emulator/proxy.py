@@ -218,11 +218,14 @@ class EmulatedProxy:
     def fail_next(self, count: int, after: int = 0) -> None:
         """Fault injection: the next ``count`` calls to ``allocate`` raise WSAENOBUFS, once ``after`` more have
         succeeded."""
-        for name, value in (("count", count), ("after", after)):
-            if not _is_int(value):
-                raise TypeError(f"fail_next needs an integer {name}, got {value!r:.80}")
-            if value < 0:
-                raise ValueError(f"fail_next needs {name} >= 0, got {value}")
+        if not _is_int(count):
+            raise TypeError(f"fail_next needs an integer count, got {count!r:.80}")
+        if count < 0:
+            raise ValueError(f"fail_next needs a count >= 0, got {count}")
+        if not _is_int(after):
+            raise TypeError(f"fail_next needs an integer after, got {after!r:.80}")
+        if after < 0:
+            raise ValueError(f"fail_next needs an after >= 0, got {after}")
         self._fail_next, self._fail_after = count, after
 
     # -- P4: contiguous memory ---------------------------------------------------------------

@@ -153,6 +153,29 @@ def test_allocation_failure_is_wsaenobufs_and_holds_nothing(san_backend: Backend
     san_proxy.free(san_proxy.allocate(P))  # the injected failures are spent
 
 
+@pytest.mark.san_rule("P2")
+@pytest.mark.san_requires("faults")
+def test_an_allocation_failure_after_others_keeps_what_succeeded(san_backend: Backend, san_proxy: Proxy) -> None:
+    """A failure once ``after`` allocations succeeded (how a switch's second region is refused, R11): those keep
+    their memory, the refused one holds nothing, and the next one succeeds."""
+    faults = san_backend.faults
+    assert faults is not None
+    node = next(n for n in san_backend.nodes if n.proxy is san_proxy)
+    before = san_proxy.live_allocations()
+    try:
+        faults.fail_allocations(node, 1, after=2)
+    except TypeError:  # a Faults written before ``after`` (SPEC 5.1 added it, optional)
+        pytest.skip("this backend's Faults.fail_allocations takes no `after`")
+    held = [san_proxy.allocate(P), san_proxy.allocate(2 * P)]
+    try:
+        expect_error(WsaError.WSAENOBUFS, san_proxy.allocate, P)
+        assert san_proxy.live_allocations() == before + 2
+        held.append(san_proxy.allocate(P))
+    finally:
+        free_all(san_proxy, held)
+    assert san_proxy.live_allocations() == before
+
+
 # -- P3: NOLOWMEM ---------------------------------------------------------------------------------
 
 
