@@ -25,6 +25,7 @@ from pytest_san import (
     Status,
     WsaError,
 )
+from pytest_san.protocols import Faults, Node
 from pytest_san.protocols import Outcome as CallOutcome
 from pytest_san.together import asking, first_failure, together
 
@@ -113,6 +114,18 @@ NEEDS_READ = pytest.mark.san_requires("rdma_read")
 """RdmaRead is optional (CONTRACT.md section 2): a scenario that calls it declares so."""
 RDMA_KINDS = ["rdma_write", pytest.param("rdma_read", marks=NEEDS_READ)]
 """Parametrize over both RDMA directions; the read one is skipped on nodes without RdmaRead."""
+
+
+def fail_allocations(faults: Faults, node: Node, count: int, after: int) -> None:
+    """``faults.fail_allocations(node, count, after=after)``; a Faults written before ``after`` (SPEC 5.1 added
+    it, optional) skips the test where ``after`` is asked for, and takes the old call where it is 0."""
+    if not after:
+        faults.fail_allocations(node, count)
+        return
+    try:
+        faults.fail_allocations(node, count, after=after)
+    except TypeError:
+        pytest.skip("this backend's Faults.fail_allocations takes no `after`")
 
 
 def expect_error(code: WsaError, call: Callable[..., object], *args: Any) -> SanError:

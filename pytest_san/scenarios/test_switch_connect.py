@@ -17,7 +17,7 @@ import pytest
 
 from pytest_san import Backend, Connection, Node, Process, SanError, Switch, WsaError
 
-from .support import NEEDS_READ, TIMEOUT
+from .support import NEEDS_READ, TIMEOUT, fail_allocations
 
 RDMA = ("register_rdma_memory", "rdma_read", "rdma_write")
 
@@ -230,12 +230,7 @@ def test_a_connect_refused_at_any_registration_releases_everything(san_switch: S
     first = san_switch.connect()  # a connection that stays, untouched by the failure beside it
     before = _live(san_backend)
     regions = [len(end.provider.registrations(end.socket)) for end in (first.local, first.remote)]
-    try:
-        faults.fail_allocations(node, refused, after=after)
-    except TypeError:  # a Faults written before ``after`` (SPEC 5.1 added it, optional)
-        if after:
-            pytest.skip("this backend's Faults.fail_allocations takes no `after`")
-        faults.fail_allocations(node, refused)
+    fail_allocations(faults, node, refused, after)
     try:
         with pytest.raises(SanError) as info:
             san_switch.connect()
