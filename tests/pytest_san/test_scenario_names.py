@@ -17,7 +17,7 @@ import pytest
 
 import pytest_san
 import pytest_san.scenarios
-from pytest_san import burst, protocols, switch, types
+from pytest_san import burst, contract, protocols, switch
 
 SCENARIOS = Path(pytest_san.scenarios.__file__).parent
 FILES = sorted(SCENARIOS.glob("*.py"))
@@ -42,7 +42,7 @@ def _public(obj: object) -> set[str]:
 def allowed_names() -> set[str]:
     """Every name of the public protocols and value types, and of the switch's documented surface."""
     names = set(CONNECTION | ENDPOINT)
-    for module in (protocols, types):
+    for module in (protocols, contract):
         for _, obj in inspect.getmembers(module, inspect.isclass):
             if obj.__module__.startswith("pytest_san"):
                 names |= _public(obj)
@@ -80,7 +80,7 @@ BUILTIN = set().union(*(_public(t) for t in (list, dict, set, str, bytes, pytest
 BUILTIN |= {"__name__"}
 """Methods of the values a scenario builds itself (lists, strings, bytes, a seeded ``random.Random``) and of
 ``pytest.raises``'s result."""
-VALUES = {f.name for f in dataclasses.fields(types.DeviceDescription)}
+VALUES = {f.name for f in dataclasses.fields(contract.DeviceDescription)}
 """Fields a scenario may set: of the value types it builds and passes in (a DEVICE_DESCRIPTION)."""
 
 
