@@ -191,24 +191,6 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, p
     return rep
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--san-rules``: keep only the tests marked with one of the rules named."""
-    wanted = config.getoption("san_rules")
-    if not wanted:
-        return
-    rules = {rule.strip() for rule in str(wanted).split(",") if rule.strip()}
-    unknown = sorted(rule for rule in rules if not is_rule_id(rule))
-    if unknown:
-        raise pytest.UsageError(f"--san-rules {wanted}: unknown rule id(s) {', '.join(unknown)} (known: R1..R14, "
-                                "P1..P5)")
-    keep = [item for item in items if rules.intersection(map(str, marker_args(item, "san_rule")))]
-    kept = set(map(id, keep))
-    dropped = [item for item in items if id(item) not in kept]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     required = [str(cap) for cap in dict.fromkeys(marker_args(item, "san_requires"))]

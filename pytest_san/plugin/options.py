@@ -37,6 +37,13 @@ def hosts_count(text: str) -> str:
     return value
 
 
+def at_least_one(text: str) -> int:
+    """A count >= 1 (argparse names the option in its error)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    return int(text)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("san", "SAN conformance (pytest-san)")
     group.addoption("--san-backend", metavar="NAME", default=None,
@@ -47,6 +54,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--san-rules", metavar="IDS", default=None,
                     help="run only the tests marked with one of these rules (comma-separated, e.g. R6,R8); "
                          "the others are deselected")
+    group.addoption("--san-sample", metavar="N", type=at_least_one, default=None,
+                    help="run N scenarios of each rule, those this backend can run first (more where a scenario drawn "
+                         "for another rule is marked with it too): a budget's run, the whole suite is what judges "
+                         "an implementation")
+    group.addoption("--san-sample-seed", metavar="N", type=int, default=1,
+                    help="the seed that draws --san-sample's scenarios (default 1)")
     parser.addini("san_backend", f"default for --san-backend (else {DEFAULT_BACKEND!r})",
                   default=DEFAULT_BACKEND)
 
