@@ -14,6 +14,7 @@ import pytest
 
 from hil.inventory import HostConfig
 from hil.tools.cli import main
+from pytest_san.report import OUTCOMES
 from tests.support import browser
 from tests.support.lab_hosts import NAMES, pytest_env, write_inventory
 
@@ -32,7 +33,7 @@ def test_injected_failure(san_switch):
 
 
 def counts_in(row: browser.Element) -> dict[str, int]:
-    return {outcome: int(row.find("td", class_=f"san-{outcome}").text) for outcome in ("passed", "failed", "skipped")}
+    return {outcome: int(row.find("td", class_=f"san-{outcome}").text) for outcome in OUTCOMES}
 
 
 def test_pytest_html_report_in_chromium(tmp_path: Path) -> None:
@@ -88,7 +89,7 @@ def test_nightly_index_in_chromium(tmp_path: Path, hosts: list[HostConfig], monk
         cells = {td.attrs["data-rule"]: td for td in matrix.find_all("td", data_set=name) if "data-rule" in td.attrs}
         assert set(cells) == {rule for rule, c in own["rules"].items() if any(c.values())}
         for rule, td in cells.items():
-            assert {k: int(td.attrs[f"data-{k}"]) for k in ("passed", "failed", "skipped")} == own["rules"][rule]
+            assert {k: int(td.attrs[f"data-{k}"]) for k in OUTCOMES} == own["rules"][rule]
         assert cells["R6"].attrs["class"] == "failed" and cells["R1"].attrs["class"] == "passed"
         link = cells["R1"].find("a").attrs["href"]
         assert link == f"hosts/{name}/report.html" and (out / link).is_file()

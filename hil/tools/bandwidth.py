@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hil.controller.backend import Agent, HilBackend
-from hil.transport import Channel, TransportError
+from hil.transport import Channel, CommandResult, TransportError
 from pytest_san import Access, Status, Switch
 from pytest_san.burst import DEPTH, rdma_write_burst
 
@@ -144,7 +144,29 @@ def _json_list(text: str) -> list[dict[str, Any]]:
 def measure_ib_write_bw(client: Agent, server: Agent, run: Sequence[str] = SWEEP,
                         timeout: float = 180.0) -> list[Point]:
     """``ib_write_bw`` (``run``: ``-a`` by default) from ``client``'s host to ``server``'s, each started over
-    its transport."""
+    its transport. Under TCG the server may print its banner before it listens, and a client that connects
+    too soon ends it: then a new server and client are tried, up to ``PAIRS`` times."""
+    result = None
+    for pair in range(PAIRS):
+        result = _client_against_a_new_server(client, server, run, timeout)
+        if result.returncode == 0:
+            break
+        time.sleep(1.0 + pair)
+    assert result is not None
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip()[-600:]
+        raise BandwidthError(f"{client.host.name}: ib_write_bw exited {result.returncode} ({PAIRS} tries): {tail}")
+    points = parse_ib_write_bw(result.stdout)
+    if not points:
+        raise BandwidthError(f"{client.host.name}: no results in ib_write_bw's output: {result.stdout[-400:]}")
+    return points
+
+
+PAIRS = 3
+"""How many times ``measure_ib_write_bw`` starts a server and its client before it gives up."""
+
+
+def _client_against_a_new_server(client: Agent, server: Agent, run: Sequence[str], timeout: float) -> CommandResult:
     # stdbuf: perftest's stdout is block-buffered into a pipe, so its banner would never arrive.
     argv = ["stdbuf", "-oL", "ib_write_bw", *perftest_args(server, run)]
     try:
@@ -162,15 +184,9 @@ def measure_ib_write_bw(client: Agent, server: Agent, run: Sequence[str] = SWEEP
             if result.returncode == 0 or not listener.alive:
                 break
             time.sleep(1.0 + attempt)
+        return result
     finally:
         listener.close(grace=2.0)
-    if result.returncode != 0:
-        tail = (result.stderr or result.stdout).strip()[-600:]
-        raise BandwidthError(f"{client.host.name}: ib_write_bw exited {result.returncode}: {tail}")
-    points = parse_ib_write_bw(result.stdout)
-    if not points:
-        raise BandwidthError(f"{client.host.name}: no results in ib_write_bw's output: {result.stdout[-400:]}")
-    return points
 
 
 def has_ib_write_bw(agent: Agent) -> bool:

@@ -4,7 +4,8 @@ A static page, no script and nothing fetched, so it opens as it is from a CI art
 
 - the verdict (suite, model, bandwidth);
 - the rule x host-set matrix: a cell per rule and host set, linking to that run's pytest-html report and
-  carrying the counts of that run's ``--san-report`` JSON (``data-passed``, ``data-failed``, ``data-skipped``);
+  carrying the counts of that run's ``--san-report`` JSON (``data-passed``, ``data-failed``, ``data-skipped``,
+  ``data-deviating``: failures a declared deviation explains);
   its last row is the reference model's result per host set, linking to the model run's report;
 - the model per host set (backend, sequences, steps, seed, each divergence's shrunk steps, the replay command);
 - the bandwidth plot inline (a ``data:`` URI) with its numbers and the ratio harness / ib_write_bw;
@@ -25,7 +26,8 @@ from typing import Any
 from hil.tools.bandwidth import missing_sizes, ratios, size_label
 from hil.tools.nightly_model import _title
 from hil.tools.nightly_results import verdict_parts
-from hil.tools.nightly_runs import FAIL, NONE, PASS
+from hil.tools.nightly_runs import DEVIATING, FAIL, NONE, PASS
+from pytest_san.report import OUTCOMES
 
 __all__ = ["render_index", "write_index"]
 
@@ -36,7 +38,8 @@ h1 .failed, td.failed, .verdict .failed { color: #cf222e; }
 table { border-collapse: collapse; margin: .6em 0 1.2em; }
 th, td { border: 1px solid #d0d7de; padding: 3px 9px; text-align: center; }
 th { background: #f6f8fa; } th.rule { text-align: left; }
-td.skipped, td.none { color: #888; } td a { color: inherit; text-decoration: none; display: block; }
+td.deviating { color: #9a6700; } td.skipped, td.none { color: #888; }
+td a { color: inherit; text-decoration: none; display: block; }
 tr.model td, tr.model th { border-top: 2px solid #888; }
 pre { background: #f6f8fa; padding: .6em; overflow-x: auto; font-size: 85%; }
 img.bandwidth { max-width: 100%; border: 1px solid #d0d7de; }
@@ -58,19 +61,21 @@ def _cell(content: str, href: str | None, **attrs: Any) -> str:
 
 
 def _rule_cell(rule: str, name: str, counts: Mapping[str, Any] | None, href: str | None) -> str:
-    c = {k: int((counts or {}).get(k, 0)) for k in ("passed", "failed", "skipped")}
-    ran = c["passed"] + c["failed"]
+    c = {k: int((counts or {}).get(k, 0)) for k in OUTCOMES}
+    ran = c["passed"] + c["failed"] + c["deviating"]
     if c["failed"]:
         kind, text = "failed", f"{FAIL} {c['failed']}/{ran}"
+    elif c["deviating"]:
+        kind, text = "deviating", f"{DEVIATING} {c['deviating']}/{ran}"
     elif c["passed"]:
         kind, text = "passed", f"{PASS} {c['passed']}"
     elif c["skipped"]:
         kind, text = "skipped", f"{NONE} {c['skipped']} skipped"
     else:
         kind, text = "none", NONE
-    title = f"{rule} on {name}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"
+    title = f"{rule} on {name}: " + ", ".join(f"{c[k]} {k}" for k in OUTCOMES)
     return _cell(escape(text), href, class_=kind, data_rule=rule, data_set=name, data_passed=c["passed"],
-                 data_failed=c["failed"], data_skipped=c["skipped"], title=title)
+                 data_failed=c["failed"], data_skipped=c["skipped"], data_deviating=c["deviating"], title=title)
 
 
 def _model_cell(name: str, entry: Mapping[str, Any] | None, href: str | None) -> str:

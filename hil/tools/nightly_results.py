@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hil.tools.nightly_model import render_model
-from hil.tools.nightly_runs import FAIL, NONE, PASS, SetRun, _load_json, _totals
+from hil.tools.nightly_runs import DEVIATING, FAIL, NONE, PASS, SetRun, _load_json, _totals
 from pytest_san.report import RULE_IDS
 
 __all__ = ["merge_junit", "render_summary", "set_report", "verdict_parts"]
@@ -142,9 +142,12 @@ def set_report(run: SetRun) -> dict[str, Any]:
 def _cell(counts: Mapping[str, Any] | None) -> str:
     if not counts:
         return NONE
-    ran = int(counts["passed"]) + int(counts["failed"])
+    deviating = int(counts.get("deviating", 0))
+    ran = int(counts["passed"]) + int(counts["failed"]) + deviating
     if counts["failed"]:
         return f"{FAIL} {counts['failed']}/{ran}"
+    if deviating:
+        return f"{DEVIATING} {deviating}/{ran}"
     return f"{PASS} {counts['passed']}" if counts["passed"] else NONE
 
 

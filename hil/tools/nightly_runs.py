@@ -28,6 +28,7 @@ __all__ = ["FAIL", "MODEL", "NONE", "PASS", "SUITE", "SetRun", "pytest_argv", "r
 MODEL = "pytest_san.model"
 # For summary.md only (written as UTF-8); the terminal gets words, whatever its encoding.
 PASS, FAIL, NONE = "\u2713", "\u2717", "\u2013"  # check mark, ballot x, en dash
+DEVIATING = "\u2260"  # not equal: failures a declared deviation explains
 
 
 @dataclass

@@ -295,3 +295,40 @@ def test_ib_write_bw_runs_over_the_transport(tmp_path: Path, monkeypatch: pytest
         assert (fake.parent / "client-args").read_text().split()[-2:] == ["-R", "127.0.0.1"]
     finally:
         backend.close()
+
+
+FLAKY_IB_WRITE_BW = f"""#!/bin/sh
+# The first server prints its banner and ends (as one does when a client came too soon); a client finds no
+# server to connect to until a second one started.
+dir="$(dirname "$0")"
+case "$*" in
+  *127.0.0.1)
+    if [ "$(wc -l < "$dir/servers")" -lt 2 ]; then echo "Couldn't connect to 127.0.0.1:18515" >&2; exit 1; fi
+    cat <<'OUT'
+{IB_WRITE_BW}OUT
+  ;;
+  *) echo start >> "$dir/servers"; echo " Waiting for client to connect... "
+     if [ "$(wc -l < "$dir/servers")" -eq 1 ]; then exit 1; fi; sleep 30 ;;
+esac
+"""
+
+
+def test_ib_write_bw_starts_a_new_server_when_the_first_one_ended(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI's lab once read "Couldn't connect" from ib_write_bw's client: under TCG a server may end when its
+    client connects before it listens. A new server and client are tried then."""
+    fake = tmp_path / "bin" / "ib_write_bw"
+    fake.parent.mkdir()
+    fake.write_text(FLAKY_IB_WRITE_BW)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    host = HostConfig(name="local1", host="127.0.0.1", connection="local", engine="emulator", loopback=True,
+                      python_interpreter=sys.executable, device="rxe0", gid_index=1,
+                      extra={"san_remote_tmp": str(tmp_path), "san_lab_address": "127.0.0.1/24"})
+    backend = HilBackend([host])
+    try:
+        agent = backend.agents[0]
+        assert bandwidth.measure_ib_write_bw(agent, agent) == [(2, 0.009), (4096, 2.47), (8388608, 9.05)]
+        assert (fake.parent / "servers").read_text().split() == ["start", "start"]
+    finally:
+        backend.close()
