@@ -22,8 +22,8 @@ c. RDMA write bandwidth at 64 KiB between the first two guests: the harness (``h
    the first), printed as the ratio harness / ib_write_bw
    with the goal >= 0.8, PASS or MISS;
 e. the reference model on the lab's two hosts (``--model-sequences N`` sequences of 20 steps, seed 1,
-   differential; 0 skips it), in this process: one step at a time (before the model went in rounds) and in rounds
-   (``pytest_san/model/rounds.py``), its ms per step and seconds per sequence side by side;
+   differential; 0 skips it), ``pytest --pyargs pytest_san.model`` in a subprocess: its time, cost line and round
+   trips, beside the baseline's (``--baseline``);
 f. with ``--delay-ms MS`` (benchmark only, ``benchmarks/delay.py``): the suites and the model again with a fixed
    delay on every controller-to-agent round trip, as a lab host that far away adds;
 d. where the harness's time goes (``--no-profile`` skips it): one agent round trip, one that reaches the
@@ -253,54 +253,53 @@ def side_by_side(inventory: Path, workdir: Path, timeout: float, baseline: Basel
             "verdict": "PASS" if new / old <= 0.5 else "MISS", "delay_ms": delay_ms}
 
 
-# --- e. the reference model, one step at a time and in rounds ----------------------------------------------
+# --- e. the reference model ---------------------------------------------------------------------------------
 
 
-def model_side_by_side(hosts: Sequence[HostConfig], sequences: int, delay_ms: float = 0.0) -> dict[str, Any]:
-    """The model on the lab's hosts, ``sequences`` x 20 steps at seed 1 in differential mode (as CI runs it): one
-    step at a time, then in rounds. The sequences only: the regressions a run replays first are left out."""
-    from unittest import mock
-
-    from pytest_san.model import run as model_run
-    from pytest_san.model.run import Budget, ModelRun
-
-    delay.install(delay_ms / 1000)
-    out: dict[str, Any] = {"sequences": sequences, "steps": 20, "delay_ms": delay_ms}
-    backend = HilBackend(hosts)
-    try:
-        for label, rounds in (("one step at a time", False), ("in rounds", True)):
-            run = ModelRun(backend, Budget(sequences=sequences, steps=20, seed=1, differential=True),
-                           log=lambda line: None)
-            run.rounds = rounds
-            before = sum(backend.round_trips().values())
-            with mock.patch.object(model_run, "REGRESSIONS", ()):
-                summary = run.run()
-            spent = sum(backend.round_trips().values()) - before
-            cost, steps = summary.cost, max(1, summary.steps)
-            out[label] = {"ms_per_step": 1000 * (cost.calls + cost.checks) / steps,
-                          "s_per_sequence": (summary.seconds - summary.shrinking) / max(1, summary.sequences),
-                          "round_trips_per_sequence": spent / max(1, summary.sequences),
-                          "divergences": len(summary.divergences), "line": summary.cost_line()}
-            print(f"  model {label} ({delay_ms:g} ms a round trip): {summary.cost_line()}; "
-                  f"{len(summary.divergences)} divergences", flush=True)
-            for divergence in summary.divergences:
-                print(divergence.render(), flush=True)
-    finally:
-        backend.close()
-        delay.install(0)
+def run_model(inventory: Path, workdir: Path, sequences: int, timeout: float, python: str = sys.executable,
+              label: str = "this tree", delay_ms: float = 0.0) -> dict[str, Any]:
+    """``pytest --pyargs pytest_san.model`` on the lab with ``python`` (this tree's or a baseline's), ``sequences``
+    x 20 steps at seed 1, differential (as CI runs it), the regressions it replays first included: its cost line,
+    seconds, divergences and round trips (benchmarks/roundtrips.py)."""
+    run_dir = workdir / f"model-{label.replace(' ', '-')}-{delay_ms:g}-{time.monotonic_ns()}"
+    run_dir.mkdir()
+    report, trips = run_dir / "report.json", run_dir / "round-trips.json"
+    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "-p", "delay", "--pyargs",
+            "pytest_san.model", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}",
+            f"--san-model-sequences={sequences}", "--san-model-steps=20", "--san-model-seed=1",
+            "--san-model-differential"]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")) and k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent)
+    env["SAN_ROUND_TRIPS_OUT"] = str(trips)
+    env[delay.ENV] = str(delay_ms)
+    began = time.perf_counter()
+    result = subprocess.run(argv, cwd=run_dir, capture_output=True, text=True, env=env, timeout=timeout,
+                            stdin=subprocess.DEVNULL)
+    took = time.perf_counter() - began
+    model = json.loads(report.read_text()).get("model", {}) if report.exists() else {}
+    spent = 0
+    if trips.exists():
+        for test in json.loads(trips.read_text())["tests"].values():
+            spent += sum(sum(test.get(phase, {}).values()) for phase in ("setup", "call", "teardown"))
+    out = {"label": label, "delay_ms": delay_ms, "seconds": took, "returncode": result.returncode,
+           "sequences": model.get("sequences", 0), "steps": model.get("steps", 0),
+           "divergences": len(model.get("divergences", [])), "costs": model.get("costs", []), "round_trips": spent}
+    print(f"  model ({label}, {delay_ms:g} ms a round trip): {took:.1f} s, exit {result.returncode}, "
+          f"{out['divergences']} divergences; {'; '.join(out['costs'])}", flush=True)
+    if result.returncode != 0:
+        sys.stdout.write(result.stdout[-3000:] + result.stderr[-2000:])
     return out
 
 
-def describe_model(model: dict[str, Any]) -> list[str]:
-    lines = [f"  the model, {model['sequences']} x {model['steps']} steps at seed 1, differential"
-             + (f", {model['delay_ms']:g} ms added to every round trip" if model["delay_ms"] else "") + ":"]
-    for label in ("one step at a time", "in rounds"):
-        m = model[label]
-        lines.append(f"    {label:20s} {m['ms_per_step']:7.1f} ms a step   {m['s_per_sequence']:6.2f} s a sequence   "
-                     f"{m['round_trips_per_sequence']:6.1f} round trips a sequence   {m['divergences']} divergences")
-    a, b = model["one step at a time"], model["in rounds"]
-    lines.append(f"    in rounds / one at a time: {b['s_per_sequence'] / a['s_per_sequence']:.2f} of the time, "
-                 f"{b['round_trips_per_sequence'] / max(1e-9, a['round_trips_per_sequence']):.2f} of the round trips")
+def describe_model(runs: Sequence[dict[str, Any]]) -> list[str]:
+    lines = ["  the model, 20-step sequences at seed 1, differential, its regressions first (as CI runs it):"]
+    for run in runs:
+        per_sequence = run["seconds"] / max(1, run["sequences"])
+        lines.append(f"    {run['label']:22s} {run['delay_ms']:4g} ms a round trip: {run['seconds']:7.1f} s, "
+                     f"{per_sequence:5.2f} s a sequence, {run['round_trips']} round trips, "
+                     f"{run['divergences']} divergences")
+        lines += [f"      {cost}" for cost in run["costs"]]
     return lines
 
 
@@ -455,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also run REV's suite (its own worktree and venv) side by side, alternating")
     parser.add_argument("--rounds", type=int, default=2, help="with --baseline: runs of each tree (default 2)")
     parser.add_argument("--model-sequences", type=int, default=10, metavar="N",
-                        help="the model's sequences of 20 steps, one step at a time and in rounds (default 10)")
+                        help="the model's sequences of 20 steps (default 10; 0 skips it)")
     parser.add_argument("--delay-ms", type=float, default=0.0, metavar="MS",
                         help="benchmark only: also run the suites and the model with MS added to every round trip")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -464,6 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="san-lab-bench-"))
     booted: Path | None = None
+    baseline: Baseline | None = None
     try:
         if args.boot:
             booted = args.state_dir or workdir / "lab"
@@ -484,15 +484,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         compared = delayed = None
         suite: Suite | None
         delayed_suite: Suite | None = None
-        if args.baseline:
-            baseline = make_baseline(args.baseline, workdir)
-            try:
-                compared = side_by_side(inventory.resolve(), workdir, args.suite_timeout, baseline, args.rounds)
-                if args.delay_ms:
-                    delayed = side_by_side(inventory.resolve(), workdir, args.suite_timeout, baseline, args.rounds,
-                                           args.delay_ms)
-            finally:
-                drop_baseline(baseline)
+        baseline = make_baseline(args.baseline, workdir) if args.baseline else None
+        if baseline is not None:
+            compared = side_by_side(inventory.resolve(), workdir, args.suite_timeout, baseline, args.rounds)
+            if args.delay_ms:
+                delayed = side_by_side(inventory.resolve(), workdir, args.suite_timeout, baseline, args.rounds,
+                                       args.delay_ms)
             suite = Suite(**compared["runs"]["this tree"][-1])
         else:
             suite = None if args.no_suite else run_suite(inventory.resolve(), workdir, args.suite_timeout)
@@ -504,9 +501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"suite: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}", flush=True)
         models = []
         if args.model_sequences > 0:
-            models.append(model_side_by_side(hosts, args.model_sequences))
-            if args.delay_ms:
-                models.append(model_side_by_side(hosts, args.model_sequences, args.delay_ms))
+            trees = [("this tree", sys.executable)] + ([(baseline.rev, baseline.python)] if baseline else [])
+            for delay_ms in (0.0, args.delay_ms) if args.delay_ms else (0.0,):
+                for label, python in trees:
+                    models.append(run_model(inventory.resolve(), workdir, args.model_sequences, args.suite_timeout,
+                                            python, label, delay_ms))
 
         result: dict[str, Any] = {"inventory": str(inventory), "hosts": [h.name for h in hosts],
                                   "boot": asdict(boot), "suite": asdict(suite) if suite else None,
@@ -528,6 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             backend.close()
     finally:
+        if baseline is not None:
+            drop_baseline(baseline)
         if booted is not None:
             subprocess.run(["san-hil", "lab", "down", "--state-dir", str(booted)], stdin=subprocess.DEVNULL)
         shutil.rmtree(workdir, ignore_errors=True)  # the suite's report (read above) and, with --boot, the lab's
@@ -560,8 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"({runs[-1]['summary']})")
             print("\n".join(describe_round_trips(runs[-1]["round_trips"], pair["median_s"][label])))
         print(f"    this tree / {pair['baseline']} = {pair['ratio']:.2f}   goal <= 0.5   {pair['verdict']}")
-    for model in models:
-        print("\n".join(describe_model(model)))
+    if models:
+        print("\n".join(describe_model(models)))
     print("  agent round trips of single calls (per host):")
     for name, per_host in calls.items():
         print(f"    {name:60s} " + ", ".join(f"{h} {n}" for h, n in per_host.items()))

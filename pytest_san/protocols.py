@@ -8,7 +8,6 @@ switch talk only to these protocols, so the same suite runs on the emulator and 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from .contract import Access, CacheType, Completion, DeviceDescription, Leak
@@ -272,43 +271,6 @@ class DeclaresModelBudget(Protocol):
     call is a round trip declares a small one; without it the suite runs the emulator's (docs/model.md)."""
 
     def model_budget(self) -> ModelBudget: ...
-
-
-Question = tuple[object, str, tuple[object, ...]]
-"""(an object of the backend, the name of one of its read-only methods or properties, the arguments): e.g.
-``(socket, "connected", ())``, ``(provider, "registrations", (socket,))``, ``(buffer, "read", ())``,
-``(proxy, "live_allocations", ())``, ``(operation, "done", ())``."""
-
-
-@runtime_checkable
-class Answering(Protocol):
-    """Optional, for a backend whose every question is a round trip (hil): within ``answering(questions)``
-    the objects answer those questions as the backend found them when the block began, asked together
-    (one pipelined round trip for all hosts); anything else is asked as usual. A checker that would ask
-    many questions in a row (``pytest_san.model``) asks them this way."""
-
-    def answering(self, questions: Sequence[Question]) -> AbstractContextManager[None]: ...
-
-
-Call = tuple[object, str, tuple[object, ...]]
-"""(an object of the backend, the name of one of its methods, the arguments): e.g. ``(process, "alloc", (4096,))``,
-``(provider, "register_memory", (socket, buffer, Access.READ))``, ``(provider, "recv", (socket, buffers))``."""
-
-Outcome = tuple[bool, object]
-"""(True, what the call returned) or (False, the exception it raised)."""
-
-
-@runtime_checkable
-class Pipelining(Protocol):
-    """Optional, for a backend whose every call is a round trip (hil): ``together(calls)`` makes each call as
-    if alone, those on one host in the order given (hosts at once), and returns each one's outcome; the calls
-    go out together (one round trip per host). A call may name what an earlier call returned, as an argument
-    or its target (``pytest_san.together.Earlier``: a call naming a failed one fails the same, unmade), and
-    may read a property (a name that is no method, no arguments); an Earlier naming a call on another host
-    waits for it (one more round trip). The switch builds a connection's end this way, and the reference
-    model runs its steps with their checks."""
-
-    def together(self, calls: Sequence[Call]) -> list[Outcome]: ...
 
 
 @runtime_checkable

@@ -90,8 +90,7 @@ def test_the_api_reference_lists_every_public_name_and_hook(built: Path) -> None
     assert not [name for name in pytest_san.__all__ if f"pytest_san.{name}" not in ids]
     hooks = [name for name in vars(hookspecs) if name.startswith("pytest_san_")]
     assert hooks and not [h for h in hooks if f"pytest_san.plugin.hookspecs.{h}" not in ids]
-    for optional in ("Answering", "Pipelining"):
-        assert f"pytest_san.protocols.{optional}" in ids
+    assert "pytest_san.batch.Batching" in ids and "pytest_san.batch.Batch.call" in ids
     assert "pytest_san.burst.BurstProvider" in ids
 
 

@@ -7,7 +7,6 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hil.controller.answering import answering
 from hil.controller.client import AgentClient, Outcome
 from hil.controller.connecting import connect_many
 from hil.controller.errors import AgentError, BackendBroken
@@ -15,7 +14,7 @@ from hil.controller.kernel import KernelLog
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
 from hil.controller.observed import RemoteObserved, spawn_observed
 from hil.controller.remote import Remote, RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
-from hil.controller.together import together
+from hil.controller.together import make_together
 from hil.controller.workarounds import applied_on
 from hil.inventory import HostConfig
 from hil.rpc.codec import referenced
@@ -23,20 +22,18 @@ from hil.transport import Transport, open_transport
 
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
+from pytest_san.batch import Batching
+from pytest_san.batch import Call as BatchCall
 from pytest_san.contract import Leak
 from pytest_san.deviations import KnownDifference
 from pytest_san.protocols import (
-    Answering,
     Backend,
-    Call,
     Faults,
     ModelBudget,
     Node,
-    Pipelining,
     Process,
     Provider,
     Proxy,
-    Question,
     Socket,
 )
 
@@ -284,23 +281,19 @@ class HilBackend:
                 raise TypeError(f"connect_sockets takes processes of this backend, got {a!r} and {b!r}")
         return connect_many(self.agent_of, pairs)  # type: ignore[arg-type]
 
-    def together(self, calls: Sequence[Call]) -> list[Outcome]:
-        """``calls`` made together, one round trip per host (pytest_san.protocols.Pipelining); connects of
-        socket pairs (``(backend, "connect_sockets", (a, b))``) in two."""
-        if calls and all(target is self and method == "connect_sockets" and len(args) == 2
-                         for target, method, args in calls):
-            return self.connect_many([(args[0], args[1]) for _, _, args in calls])  # type: ignore[misc]
-        return together(calls)
+    def make_together(self, calls: Sequence[BatchCall]) -> list[Outcome]:
+        """A batch's calls made together, one round trip per host (pytest_san.batch.Batching); a batch of
+        ``connect_sockets`` calls in two."""
+        if calls and all(call.fn == self.connect_sockets and len(call.args) == 2 and not call.kwargs
+                         for call in calls):
+            return list(self.connect_many([(call.args[0], call.args[1]) for call in calls]))
+        return make_together(calls)
 
     def spawn_observed(self, node: Node, program: str) -> RemoteObserved:
         """A process running ``program`` on ``node``'s host, under observation (pytest_san.observed.Observing)."""
         if not isinstance(node, RemoteNode):
             raise TypeError(f"spawn_observed takes a node of this backend, got {node!r:.80}")
         return spawn_observed(node, program)
-
-    def answering(self, questions: Sequence[Question]) -> contextlib.AbstractContextManager[None]:
-        """``questions`` asked of every agent at once (pytest_san.protocols.Answering)."""
-        return answering(questions)
 
     def leaks(self) -> list[Leak]:
         """What every agent still holds, all asked at once (one round trip)."""
@@ -450,8 +443,7 @@ class RemoteFaults:
 # mypy checks the backend and its faults against the protocols they implement (no runtime cost).
 if TYPE_CHECKING:
     def _is_backend(b: HilBackend) -> Backend: return b
-    def _is_answering(b: HilBackend) -> Answering: return b
-    def _is_pipelining(b: HilBackend) -> Pipelining: return b
+    def _is_batching(b: HilBackend) -> Batching: return b
     def _is_faults(f: RemoteFaults) -> Faults: return f
 
 

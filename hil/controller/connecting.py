@@ -10,6 +10,7 @@ failed connect leaves nothing behind).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -23,35 +24,46 @@ if TYPE_CHECKING:
 Pair = tuple[RemoteSocket, RemoteSocket]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """One pair's request to an agent's engine (the wire's method name and encoded arguments)."""
+
+    pair: int
+    agent: Agent
+    method: str
+    args: list[Encoded]
+    listening: RemoteSocket | None = None  # a connect's: the socket its peer listens on
+
+
 def connect_many(agent_of: Callable[[object], Agent], pairs: Sequence[tuple[RemoteProcess, RemoteProcess]]
                  ) -> list[Outcome]:
     """(True, (socket of a, socket of b)) or (False, the error) for each (a, b), in two round trips at most."""
     outcomes: list[Outcome | None] = [None] * len(pairs)
     agents = [(agent_of(a), agent_of(b)) for a, b in pairs]
-    first: list[tuple[int, Agent, str, list[Encoded]]] = []  # (pair, agent, method, args)
+    first: list[_Step] = []
     for index, ((a, b), (agent_a, agent_b)) in enumerate(zip(pairs, agents, strict=True)):
         codec = agent_a.session.codec
         if agent_a is agent_b:
-            first.append((index, agent_a, "connect_local", [codec.encode(a), codec.encode(b)]))
+            first.append(_Step(index, agent_a, "connect_local", [codec.encode(a), codec.encode(b)]))
         else:
-            first.append((index, agent_b, "socket_listen", [agent_b.session.codec.encode(b)]))
-    answered = _together([(agent, agent.engine, method, args) for _, agent, method, args in first])
-    second: list[tuple[int, Agent, RemoteSocket, str, list[Encoded]]] = []
-    for (index, agent, method, _), (ok, value) in zip(first, answered, strict=True):
-        a, b = pairs[index]
+            first.append(_Step(index, agent_b, "socket_listen", [agent_b.session.codec.encode(b)]))
+    second: list[_Step] = []
+    for step, (ok, value) in zip(first, _together(first), strict=True):
+        a, b = pairs[step.pair]
         if not ok:
-            outcomes[index] = (False, value)
-        elif method == "connect_local":
+            outcomes[step.pair] = (False, value)
+        elif step.method == "connect_local":
             ref_a, ref_b = value
-            session = agent.session
-            outcomes[index] = (True, (session.obj(ref_a, RemoteSocket, a), session.obj(ref_b, RemoteSocket, b)))
+            session = step.agent.session
+            outcomes[step.pair] = (True, (session.obj(ref_a, RemoteSocket, a), session.obj(ref_b, RemoteSocket, b)))
         else:
             ref_b, where = value
-            listening = agent.session.obj(ref_b, RemoteSocket, b)
-            agent_a = agents[index][0]
-            second.append((index, agent_a, listening, "socket_connect", [agent_a.session.codec.encode(a), where]))
-    answered = _together([(agent, agent.engine, method, args) for _, agent, _, method, args in second])
-    for (index, agent_a, listening, _, _), (ok, value) in zip(second, answered, strict=True):
+            agent_a = agents[step.pair][0]
+            second.append(_Step(step.pair, agent_a, "socket_connect", [agent_a.session.codec.encode(a), where],
+                                step.agent.session.obj(ref_b, RemoteSocket, b)))
+    for step, (ok, value) in zip(second, _together(second), strict=True):
+        index, agent_a, listening = step.pair, step.agent, step.listening
+        assert listening is not None
         a, b = pairs[index]
         agent_b = agents[index][1]
         if not ok:
@@ -72,12 +84,13 @@ def relay(agent_a: Agent, sock_a: RemoteSocket, agent_b: Agent, sock_b: RemoteSo
     sock_b.on_close = lambda: agent_a.session.queue(agent_a.engine, "peer_closed", sock_a)
 
 
-def _together(requests: list[tuple[Agent, int, str, list[Encoded]]]) -> list[Outcome]:
+def _together(requests: list[_Step]) -> list[Outcome]:
     """Engine requests, each agent's written at once, every agent's replies read: one round trip."""
     by_session: dict[int, tuple[Session, list[int]]] = {}
-    for index, (agent, engine, method, args) in enumerate(requests):
-        by_session.setdefault(id(agent.session), (agent.session, []))[1].append(index)
-        agent.session.send_one(engine, method, args)
+    for index, step in enumerate(requests):
+        session = step.agent.session
+        by_session.setdefault(id(session), (session, []))[1].append(index)
+        session.send_one(step.agent.engine, step.method, step.args)
     outcomes: list[Outcome] = [(False, RuntimeError("not answered"))] * len(requests)
     failure: Exception | None = None
     for session, indices in by_session.values():

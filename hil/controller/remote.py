@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -30,11 +29,6 @@ from pytest_san.protocols import (
 
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
-
-
-def question_key(encoded: list[Encoded]) -> str:
-    """Encoded arguments as a key of ``Session.answered``."""
-    return json.dumps(encoded, sort_keys=True, default=repr)
 
 
 def as_handle(value: object) -> Handle:
@@ -120,21 +114,12 @@ class Session:
         self._sent: list[str | None] = []  # what was written since the last collect: a queued call's method, or None
         # Answers known without asking (the harness fetched them pipelined): (object id, method) -> result.
         self.known: dict[tuple[int, str], Any] = {}
-        # Answers to questions with arguments asked together (HilBackend.answering), for as long as it says.
-        self.answered: dict[tuple[int, str, str], Outcome] = {}
 
     def call(self, oid: int, method: str, *args: object, timeout: float | None = None) -> Any:
         """The agent's answer (decoded JSON: arbitrary until the stand-in's method reads it)."""
         if not args and (oid, method) in self.known:
             return self.known[oid, method]
         encoded = [self.codec.encode(a) for a in args]
-        if self.answered:
-            found = self.answered.get((oid, method, question_key(encoded)))
-            if found is not None:
-                ok, value = found
-                if not ok:
-                    raise value
-                return value
         if not self._queue and not self._sent:
             return self.client.call(oid, method, *encoded, timeout=timeout)
         ok, value = self.call_many([(oid, method, encoded)], timeout)[0]

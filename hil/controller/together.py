@@ -1,7 +1,9 @@
-"""Calls made together (pytest_san.protocols.Pipelining): each agent's calls written at once, in order, and
-every agent's replies read in one round trip; each reply becomes what the stand-in's own method returns.
+"""A batch's calls made together (``pytest_san.batch``): each agent's calls written at once, in order, and every
+agent's replies read in one round trip; each reply becomes what the stand-in's own method returns.
 
-A call may name what an earlier call returned (``pytest_san.together.Earlier``): on the same host it goes as
+Which calls go so is ``WAYS``, keyed by the stand-ins' own methods (and ``pytest_san.batch``'s functions for a
+property's read or a call on an earlier call's operation). A call may name what an earlier call returned
+(``Later.ref``, a ``pytest_san.batch.Ref`` until the batch is made): on the same host it goes as
 ``{"$r": request id}`` in the same write, the agent resolving it (a register's handle in the transfer after
 it, the transfer's operation in a wait); on another host it waits for that reply, one more round trip (a
 *wave*: a host's calls never overtake each other). A call this module does not send so (another method, a
@@ -11,6 +13,7 @@ provider wrapped by a plugin) makes the whole list go one call at a time, as in-
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +30,18 @@ from hil.controller.remote import (
     as_handle,
     as_registrations,
 )
-from pytest_san.protocols import Call
-from pytest_san.together import Earlier, named, one_by_one, resolve
+from pytest_san.batch import (
+    Call,
+    Ref,
+    is_alive,
+    is_closed,
+    is_connected,
+    is_done,
+    made_one_by_one,
+    named,
+    resolve,
+    wait_for,
+)
 
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
@@ -38,7 +51,7 @@ Args = tuple[object, ...]
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """What a stand-in's call sends: the agent object (the stand-in, or an earlier call's result), the agent's
+    """What a stand-in's call sends: the agent object (the stand-in, or a Ref to an earlier call's), the agent's
     method and its arguments (not yet encoded), and how long its reply may take; or, when the stand-in knows
     the answer already (a completion it keeps, a bad offset), that outcome, nothing sent."""
 
@@ -51,11 +64,12 @@ class Request:
 
 @dataclasses.dataclass(frozen=True)
 class Way:
-    """How one stand-in method goes together: its request (from the target stand-in, or an ``Earlier`` of the
-    same write, and the arguments), how the reply becomes the method's outcome (given the session, the target
-    stand-in, the arguments and the reply's outcome), and the stand-in type it returns (what a later call may
-    name as its target)."""
+    """How one stand-in method goes together: the stand-in type it is called on, its request (from the target
+    stand-in, or a ``Ref`` of the same write, and the arguments), how the reply becomes the method's outcome
+    (given the session, the target stand-in, the arguments and the reply's outcome), and the stand-in type it
+    returns (what a later call may name as its target)."""
 
+    target: type
     request: Callable[[Any, Args], Request]
     convert: Callable[[Session, Any, Args, Outcome], Outcome]
     returns: type | None = None
@@ -82,7 +96,7 @@ def _method(name: str) -> Callable[[Any, Args], Request]:
     return lambda target, args: Request(target, name, args)
 
 
-def _completion(target: RemoteOperation | Earlier, args: Args) -> Request:
+def _completion(target: RemoteOperation | Ref, args: Args) -> Request:
     timeout = args[0] if args else 10.0
     if isinstance(target, RemoteOperation) and not target.pending:
         return Request(known=(True, target.wait(0)))
@@ -96,7 +110,7 @@ def _completed(session: Session, target: RemoteOperation, args: Args, outcome: O
     return (True, target.completed(value)) if ok else outcome
 
 
-def _done(target: RemoteOperation | Earlier, args: Args) -> Request:
+def _done(target: RemoteOperation | Ref, args: Args) -> Request:
     if isinstance(target, RemoteOperation) and not target.pending:
         return Request(known=(True, True))
     return Request(target, "wait", (0,))
@@ -131,38 +145,60 @@ def _operation(session: Session, value: Any) -> object:
     return session.obj(value, RemoteOperation)
 
 
-WAYS: dict[tuple[type, str], Way] = {
-    (RemoteProcess, "alloc"): Way(_method("alloc"), _value(lambda s, v: s.buffer(v)), RemoteBuffer),
-    (RemoteProcess, "alive"): Way(_method("alive"), _value(lambda s, v: bool(v))),
-    (RemoteBuffer, "read"): Way(_buffer("buffer_read", RemoteBuffer.checked_read), _plain),
-    (RemoteBuffer, "write"): Way(_buffer("buffer_write", RemoteBuffer.checked_write), _plain),
-    (RemoteProvider, "register_memory"): Way(_method("register_memory"), _value(lambda s, v: as_handle(v))),
-    (RemoteProvider, "register_rdma_memory"): Way(_method("register_rdma_memory"), _value(lambda s, v: bytes(v))),
-    (RemoteProvider, "deregister_memory"): Way(_method("deregister_memory"), _plain),
-    (RemoteProvider, "deregister_rdma_memory"): Way(_method("deregister_rdma_memory"), _plain),
-    (RemoteProvider, "close_socket"): Way(_method("close_socket"), _closed),
-    (RemoteProvider, "getsockopt"): Way(_method("getsockopt"), _value(lambda s, v: int(v))),
-    (RemoteProvider, "registrations"): Way(_method("registrations"), _value(lambda s, v: as_registrations(v))),
-    **{(RemoteProvider, name): Way(_method(name), _value(_operation), RemoteOperation)
-       for name in ("rdma_write", "rdma_read", "send", "recv")},
-    (RemoteProxy, "live_allocations"): Way(_method("live_allocations"), _value(lambda s, v: int(v))),
-    (RemoteProxy, "allocate"): Way(_method("allocate"), _value(lambda s, v: s.obj(v, RemoteAllocation)),
-                                   RemoteAllocation),
-    (RemoteProxy, "free"): Way(_method("free"), _plain),
-    (RemoteSocket, "connected"): Way(_method("state"), _state(0)),
-    (RemoteSocket, "closed"): Way(_method("state"), _state(1)),
-    (RemoteOperation, "done"): Way(_done, _waited),
-    (RemoteOperation, "wait"): Way(_completion, _completed),
+_OPERATION: dict[str, Callable[..., Any]] = {
+    "rdma_write": RemoteProvider.rdma_write, "rdma_read": RemoteProvider.rdma_read,
+    "send": RemoteProvider.send, "recv": RemoteProvider.recv}
+
+WAYS: dict[Callable[..., Any], Way] = {
+    RemoteProcess.alloc: Way(RemoteProcess, _method("alloc"), _value(lambda s, v: s.buffer(v)), RemoteBuffer),
+    is_alive: Way(RemoteProcess, _method("alive"), _value(lambda s, v: bool(v))),
+    RemoteBuffer.read: Way(RemoteBuffer, _buffer("buffer_read", RemoteBuffer.checked_read), _plain),
+    RemoteBuffer.write: Way(RemoteBuffer, _buffer("buffer_write", RemoteBuffer.checked_write), _plain),
+    RemoteProvider.register_memory: Way(RemoteProvider, _method("register_memory"),
+                                        _value(lambda s, v: as_handle(v))),
+    RemoteProvider.register_rdma_memory: Way(RemoteProvider, _method("register_rdma_memory"),
+                                             _value(lambda s, v: bytes(v))),
+    RemoteProvider.deregister_memory: Way(RemoteProvider, _method("deregister_memory"), _plain),
+    RemoteProvider.deregister_rdma_memory: Way(RemoteProvider, _method("deregister_rdma_memory"), _plain),
+    RemoteProvider.close_socket: Way(RemoteProvider, _method("close_socket"), _closed),
+    RemoteProvider.getsockopt: Way(RemoteProvider, _method("getsockopt"), _value(lambda s, v: int(v))),
+    RemoteProvider.registrations: Way(RemoteProvider, _method("registrations"),
+                                      _value(lambda s, v: as_registrations(v))),
+    **{fn: Way(RemoteProvider, _method(name), _value(_operation), RemoteOperation) for name, fn in _OPERATION.items()},
+    RemoteProxy.live_allocations: Way(RemoteProxy, _method("live_allocations"), _value(lambda s, v: int(v))),
+    RemoteProxy.allocate: Way(RemoteProxy, _method("allocate"), _value(lambda s, v: s.obj(v, RemoteAllocation)),
+                              RemoteAllocation),
+    RemoteProxy.free: Way(RemoteProxy, _method("free"), _plain),
+    is_connected: Way(RemoteSocket, _method("state"), _state(0)),
+    is_closed: Way(RemoteSocket, _method("state"), _state(1)),
+    RemoteOperation.done: Way(RemoteOperation, _done, _waited),
+    is_done: Way(RemoteOperation, _done, _waited),
+    RemoteOperation.wait: Way(RemoteOperation, _completion, _completed),
+    wait_for: Way(RemoteOperation, _completion, _completed),
 }
-"""The stand-in methods (and properties) that go together, by (stand-in type, name). Only an operation may be
-the target of a call naming an earlier one (what a transfer returned, waited for in the same write)."""
+"""The calls that go together: the stand-ins' methods, and ``pytest_san.batch``'s functions (their first
+argument the target). Only an operation may be the target of a call naming an earlier one (what a transfer
+returned, waited for in the same write)."""
+
+
+def _parts(call: Call) -> tuple[object, Way, Args] | None:
+    """The call's target, way and remaining arguments; None when it cannot go together."""
+    if call.kwargs:
+        return None
+    if inspect.ismethod(call.fn):
+        target, way, args = call.fn.__self__, WAYS.get(call.fn.__func__), call.args
+    elif call.args:
+        target, way, args = call.args[0], WAYS.get(call.fn), call.args[1:]
+    else:
+        return None
+    return None if way is None else (target, way, args)
 
 
 @dataclasses.dataclass
 class _Planned:
     session: Session
     way: Way
-    target: object  # the stand-in, or Earlier(i): what call i returns
+    target: object  # the stand-in, or Ref(i): what call i returns
     args: Args
     wave: int = 0
     rid: int | None = None
@@ -178,20 +214,24 @@ def _session_of(target: object) -> Session | None:
 def _plan(calls: Sequence[Call]) -> list[_Planned] | None:
     """Each call's session, way and wave; None when one of them cannot go together."""
     planned: list[_Planned] = []
-    for target, method, args in calls:
-        kind: type | None
+    for call in calls:
+        parts = _parts(call)
+        if parts is None:
+            return None
+        target, way, args = parts
         session: Session | None
-        if isinstance(target, Earlier):
+        if isinstance(target, Ref):
             if not 0 <= target.index < len(planned):
                 return None
             source = planned[target.index]
-            kind, session = source.way.returns, source.session
-            if kind is not RemoteOperation:
+            if source.way.returns is not way.target:
                 return None
+            session = source.session
+        elif isinstance(target, way.target):
+            session = _session_of(target)
         else:
-            kind, session = type(target), _session_of(target)
-        way = WAYS.get((kind, method)) if kind is not None else None
-        if way is None or session is None:
+            return None
+        if session is None:
             return None
         wave = max((p.wave for p in planned if p.session is session), default=0)
         for index in named(list(args)) | named(target):
@@ -203,10 +243,10 @@ def _plan(calls: Sequence[Call]) -> list[_Planned] | None:
     return planned
 
 
-def together(calls: Sequence[Call]) -> list[Outcome]:
+def make_together(calls: Sequence[Call]) -> list[Outcome]:
     planned = _plan(calls)
     if planned is None:
-        return one_by_one(calls)
+        return made_one_by_one(calls)
     outcomes: list[Outcome | None] = [None] * len(calls)
     for wave in range(max((p.wave for p in planned), default=-1) + 1):
         _wave([i for i, p in enumerate(planned) if p.wave == wave], planned, outcomes)
@@ -261,7 +301,7 @@ def _wave(indices: list[int], planned: list[_Planned], outcomes: list[Outcome | 
 
 
 def _this_wave(value: object, call: _Planned, planned: list[_Planned]) -> bool:
-    return isinstance(value, Earlier) and planned[value.index].wave == call.wave
+    return isinstance(value, Ref) and planned[value.index].wave == call.wave
 
 
 def _resolved(value: object, outcomes: list[Outcome | None]) -> object:
@@ -270,12 +310,12 @@ def _resolved(value: object, outcomes: list[Outcome | None]) -> object:
 
 def _encode(session: Session, request: Request, planned: list[_Planned],
             outcomes: list[Outcome | None]) -> tuple[Encoded, str, list[Encoded]]:
-    """The request on the wire: an Earlier of this write as ``{"$r": id}``, of an earlier wave as its result."""
+    """The request on the wire: a Ref to a call of this write as ``{"$r": id}``, of an earlier wave as its result."""
 
     def encode(value: object) -> Encoded:
         if not named(value):
             return session.codec.encode(value)
-        if isinstance(value, Earlier):
+        if isinstance(value, Ref):
             source = planned[value.index]
             if outcomes[value.index] is None and source.rid is not None:
                 return {"$r": source.rid}
@@ -283,7 +323,7 @@ def _encode(session: Session, request: Request, planned: list[_Planned],
         return [encode(v) for v in value]  # type: ignore[attr-defined]
 
     obj = request.obj
-    if isinstance(obj, Earlier):
+    if isinstance(obj, Ref):
         wire: Encoded = encode(obj)
     else:
         assert hasattr(obj, "oid")

@@ -12,20 +12,19 @@ could change (``Expect.touched``), and all of it when the sequence ends, with ``
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..batch import Batch, Later, batch, is_closed, is_connected
 from ..contract import VALID_ACCESS, Access, SanError, Status
-from ..protocols import Answering, Call, PendingOperation, Provider, Question, Socket
-from ..together import make, together
+from ..protocols import PendingOperation, Provider, Socket
 from .alternatives import RNR_BOUNDED
 from .reference import Model
 from .state import Expect, KeyValue, Touched, not_a_key
-from .steps import Close, Deregister, Key, Reconnect, Register, Scribble, Step, Transfer, View, pattern
+from .steps import Close, Deregister, Reconnect, Register, Scribble, Step, Transfer, View, pattern
 from .world import World
 
 
@@ -90,29 +89,6 @@ Asked = tuple[Any, ...]
 """What a check asks, as a key: ("registrations", sock), ("live", node), ("bytes", proc, buf),
 ("connected", sock), ("closed", sock), ("pending", op)."""
 
-Answers = dict[Asked, tuple[bool, Any]]
-"""Answers asked ahead (a round): the question's key -> (True, the answer) or (False, what it raised)."""
-
-Waited = dict[int, tuple[bool, Any]]
-"""Expected completions waited for ahead (a round): op id -> the wait's outcome."""
-
-
-class NotAsked(Exception):
-    """A round did not ask this question (the model expected otherwise than when the round was planned)."""
-
-
-def answer(outcome: tuple[bool, Any]) -> Any:
-    ok, value = outcome
-    if not ok:
-        raise value
-    return value
-
-
-def recorded(asked: Answers, key: Asked) -> Any:
-    if key not in asked:
-        raise NotAsked(key)
-    return answer(asked[key])
-
 
 @dataclasses.dataclass
 class Checked:
@@ -156,7 +132,6 @@ class Side:
         self.ops: dict[int, PendingOperation] = {}
         self._popped: dict[int, PendingOperation] = {}  # completed in this step (run may judge it twice)
         self.posted: dict[int, float] = {}  # op -> when it was posted (time.monotonic)
-        self.op_nodes: dict[int, int] = {}  # op -> the node of its socket (rounds.py waits for it there)
         self.cost = Cost()
 
     def start(self) -> Model:
@@ -166,9 +141,10 @@ class Side:
         world = self.world
         slots = range(len(world.plan.slots))
         # Every slot's connect at once (a lab: every host's listens in one round trip, then its connects).
-        connects: list[Call] = [(world.backend, "connect_sockets", world.pair(slot)) for slot in slots]
-        for slot, outcome in zip(slots, together(world.backend, connects), strict=True):
-            self._connected(slot, (2 * slot, 2 * slot + 1), answer(outcome))
+        with batch(world.backend) as b:
+            connects = [b.call(world.backend.connect_sockets, *world.pair(slot)) for slot in slots]
+        for slot, connected in zip(slots, connects, strict=True):
+            self._connected(slot, (2 * slot, 2 * slot + 1), connected.value)
         desc_size = self.world.probe(self.socks[0])
         self.world.fresh_bytes()
         self.world.forget_bytes()  # known again when the sequence ends as the model says
@@ -304,52 +280,8 @@ class Side:
         self._connect(step.slot, step.socks)
         return None
 
-    def call_args(self, step: Step, model: Model, value: Callable[[Key | None], object]) -> Call | None:
-        """The call that makes ``step`` (as ``_call`` makes it), keys given by ``value``; None for a reconnect."""
-        world = self.world
-        if isinstance(step, Register):
-            access: Any = Access(step.access) if step.access in VALID_ACCESS else step.access
-            buffer = world.buffer(step.view, step.shape)
-            if step.kind == "memory":
-                return self._provider(step.sock), "register_memory", (self.socks[step.sock], buffer, access)
-            return (self._provider(step.sock), "register_rdma_memory",
-                    (self.socks[step.sock], buffer, access, step.size))
-        if isinstance(step, Deregister):
-            method = "deregister_memory" if step.kind == "memory" else "deregister_rdma_memory"
-            return self._provider(step.sock), method, (self.socks[step.sock], value(step.key))
-        if isinstance(step, Transfer):
-            entries = [(world.buffer(view), value(key)) for view, key in step.entries]
-            if step.kind in ("rdma_write", "rdma_read"):
-                return (self._provider(step.sock), step.kind,
-                        (self.socks[step.sock], entries, value(step.desc), step.offset))
-            return self._provider(step.sock), step.kind, (self.socks[step.sock], entries)
-        if isinstance(step, Scribble):
-            pi, bi, off, n = step.view
-            return world.bufs[pi][bi], "write", (pattern(step.seed, n), off)
-        if isinstance(step, Close):
-            return self._provider(step.sock), "close_socket", (self.socks[step.sock],)
-        return None
-
-    def judge(self, step: Step, result: object, waited: Waited | None, asked: Answers) -> Seen:
-        """``step`` as ``run`` judges it, from what a round answered: the call's ``result`` (what it returned or
-        raised), the completions ``waited`` for, the check's questions ``asked``."""
-        model = self.model
-        assert model is not None
-        seen = Seen(model.apply(step))
-        if seen.expect.skip:
-            seen.call = "skipped"
-            return seen
-        self._popped = {}
-        self._judge_answer(step, seen, result, waited or {})
-        # Asked in its round, before any later step ran there (a step expecting an error completion, whose
-        # state change may come after the round's questions, is made alone: rounds.py).
-        self.check(seen, full=self.full, asked=asked)
-        self.cost.steps += 1
-        return seen
-
-    def _judge_answer(self, step: Step, seen: Seen, result: object, waited: Waited | None = None) -> None:
-        """``result``: what the call returned or raised; ``waited``: the expected completions as already waited
-        for (a round: op id -> the wait's outcome), the others waited for now."""
+    def _judge_answer(self, step: Step, seen: Seen, result: object) -> None:
+        """``result``: what the call returned or raised; then the completions the model expects, waited for."""
         exp = seen.expect
         seen.call = _outcome(step, result)
         assert self.model is not None
@@ -366,8 +298,8 @@ class Side:
             self._key(step, seen, result)
         elif isinstance(step, Transfer):
             self.ops[step.op] = result  # type: ignore[assignment]
-            self.posted.setdefault(step.op, time.monotonic())  # a round notes it when it made the call
-        self._completions(seen, waited)
+            self.posted.setdefault(step.op, time.monotonic())
+        self._completions(seen)
 
     def _key(self, step: Register, seen: Seen, key: object) -> None:
         model = self.model
@@ -391,7 +323,7 @@ class Side:
             return
         model.bind(step, value)
 
-    def _completions(self, seen: Seen, waited: Waited | None = None) -> None:
+    def _completions(self, seen: Seen) -> None:
         for op_id, (statuses, nbytes) in seen.expect.done.items():
             op = self.ops.pop(op_id, None)
             if op is None:
@@ -399,10 +331,7 @@ class Side:
             self._popped[op_id] = op
             want = " or ".join(sorted(s.name for s in statuses)) + (f" {nbytes} bytes" if nbytes else "")
             try:  # once the step went wrong, what has not completed is only reported, not waited for
-                if waited is not None and op_id in waited:
-                    done = answer(waited[op_id])
-                else:
-                    done = op.wait(0 if seen.problems else self.timeout)
+                done = op.wait(0 if seen.problems else self.timeout)
             except Exception as exc:
                 seen.done[op_id] = "still pending" if isinstance(exc, TimeoutError) else repr(exc)
                 seen.problem("completion", f"operation of step op#{op_id}: {seen.done[op_id]}, expected {want}")
@@ -430,46 +359,32 @@ class Side:
             pending=[op_id for op_id, mop in sorted(model.ops.items())
                      if (full or (mop.sock.id in touched.pending and op_id not in waiting)) and op_id in known])
 
-    def questions(self, checked: Checked, ops: Mapping[int, object] | None = None) -> list[tuple[Asked, Question]]:
-        """The questions a check asks, each with its key (``Asked``); an operation by what stands for it
-        (``ops``: op id -> the operation, or what names it in a round; default: those the side holds)."""
-        ops = self.ops if ops is None else ops
-        return [
-            *[(("registrations", s), (self._provider(s), "registrations", (self.socks[s],)))
-              for s in checked.registrations],
-            *[(("live", n), (self.world.nodes[n].proxy, "live_allocations", ())) for n in checked.nodes],
-            *[(("bytes", pi, bi), (self.world.bufs[pi][bi], "read", ())) for pi, bi in checked.buffers],
-            # An operation before the states: its error completion moves its socket to error, so asked after it
-            # a state cannot be older than a completion seen in the same look.
-            *[(("pending", op), (ops[op], "wait", (0,))) for op in checked.pending],
-            *[((name, s), (self.socks[s], name, ())) for s in checked.states for name in ("connected", "closed")]]
+    def looks(self, b: Batch, checked: Checked) -> dict[Asked, Later[Any]]:
+        """What a check reads, added to ``b``, each by its key (``Asked``)."""
+        looks: dict[Asked, Later[Any]] = {}
+        for s in checked.registrations:
+            looks["registrations", s] = b.call(self._provider(s).registrations, self.socks[s])
+        for n in checked.nodes:
+            looks["live", n] = b.call(self.world.nodes[n].proxy.live_allocations)
+        for pi, bi in checked.buffers:
+            looks["bytes", pi, bi] = b.call(self.world.bufs[pi][bi].read)
+        # An operation before the states: its error completion moves its socket to error, so read after it a state
+        # cannot be older than a completion seen in the same look. Its completion only once it is done (a look,
+        # not a wait): TimeoutError while it is pending.
+        for op in checked.pending:
+            looks["pending", op] = b.call(self.ops[op].wait, 0)
+        for s in checked.states:
+            looks["connected", s] = b.call(is_connected, self.socks[s])
+            looks["closed", s] = b.call(is_closed, self.socks[s])
+        return looks
 
-    def check(self, seen: Seen, *, full: bool, asked: Answers | None = None) -> None:
-        """Compare the backend's state with the model's; ``asked``: the answers, as asked together in a round
-        (a question it lacks is not checked now: the sequence's end checks everything), else asked now."""
-        model = self.model
-        assert model is not None
+    def check(self, seen: Seen, *, full: bool) -> None:
+        """Compare the backend's state with the model's, every read of it made together (a lab: one round trip
+        per host)."""
         checked = self.checked(seen.expect, full=full)
-        if asked is not None:
-            self._check_state(seen, checked, full, lambda key: recorded(asked, key))
-            return
-        questions = dict(self.questions(checked))
-
-        def now(key: Asked) -> Any:
-            if key[0] == "pending":  # its completion only once it is done: waiting would not be a look
-                op = self.ops[key[1]]
-                if not op.done():
-                    raise TimeoutError
-                return op.wait(0)
-            return make(*questions[key])
-
-        # One request answers both of a socket's states; an operation is asked whether it is done.
-        live = [(self.ops[key[1]], "done", ()) if key[0] == "pending" else question
-                for key, question in questions.items() if key[0] != "closed"]
-        backend = self.world.backend
-        asking = backend.answering(live) if isinstance(backend, Answering) else contextlib.nullcontext()
-        with asking:  # a lab: every question of this check in one round trip
-            self._check_state(seen, checked, full, now)
+        with batch(self.world.backend) as b:
+            looks = self.looks(b, checked)
+        self._check_state(seen, checked, full, lambda key: looks[key].value)
 
     def _check_state(self, seen: Seen, checked: Checked, full: bool, ask: Callable[[Asked], Any]) -> None:
         """The backend's state (``checked``, as ``ask`` answers it) held to the model's: each difference is a
@@ -481,8 +396,6 @@ class Side:
         for node in checked.nodes:
             try:
                 live = ask(("live", node))
-            except NotAsked:
-                continue
             except Exception as exc:  # whatever a provider answers, the model reports it, never fails itself
                 seen.problem("proxy", f"proxy of node {node}: asking it raised {exc!r}")
                 continue
@@ -501,8 +414,6 @@ class Side:
             mop = model.ops[op_id]
             try:
                 completion = ask(("pending", op_id))
-            except NotAsked:
-                continue
             except TimeoutError:
                 continue  # still pending, as the model holds it
             except Exception as exc:
@@ -518,8 +429,6 @@ class Side:
         try:
             regs = ask(("registrations", sock_id))
             real = _references((r.kind, r.address, r.length, int(r.access), r.refs) for r in regs)
-        except NotAsked:
-            return
         except SanError as exc:  # a closed socket holds nothing, whichever way the provider says so
             if msock.state != "closed":
                 seen.problem("registrations", f"registrations(s{sock_id}) raised {exc!r}")
@@ -537,10 +446,7 @@ class Side:
     def _bytes(self, seen: Seen, pi: int, bi: int, ask: Callable[[Asked], Any]) -> None:
         assert self.model is not None
         want = bytes(self.model.data[pi, bi])
-        try:
-            real = ask(("bytes", pi, bi))
-        except NotAsked:
-            return
+        real = ask(("bytes", pi, bi))
         if real != want:
             diff = [i for i in range(len(want)) if i >= len(real) or real[i] != want[i]]
             seen.problem("bytes", f"p{pi}/b{bi}: bytes {diff} differ from the model: {real.hex()} != {want.hex()}")
@@ -548,24 +454,19 @@ class Side:
     def _state(self, seen: Seen, sock_id: int, ask: Callable[[Asked], Any], *, closed_too: bool) -> None:
         assert self.model is not None
         state = self.model.socks[sock_id].state
-        try:
-            if state == "closed" and not self.full:  # one question (a round trip each) for a closed socket
-                if not ask(("closed", sock_id)):
-                    seen.problem("state", f"s{sock_id}: closed=False, the model says closed")
-                return
-            if ask(("connected", sock_id)) != (state == "connected"):
-                seen.problem("state", f"s{sock_id}: connected={state != 'connected'}, the model says {state}")
-            if closed_too and ask(("closed", sock_id)) != (state == "closed"):
-                seen.problem("state", f"s{sock_id}: closed={state != 'closed'}, the model says {state}")
-        except NotAsked:
+        if state == "closed" and not self.full:  # a closed socket: only whether it is closed
+            if not ask(("closed", sock_id)):
+                seen.problem("state", f"s{sock_id}: closed=False, the model says closed")
             return
+        if ask(("connected", sock_id)) != (state == "connected"):
+            seen.problem("state", f"s{sock_id}: connected={state != 'connected'}, the model says {state}")
+        if closed_too and ask(("closed", sock_id)) != (state == "closed"):
+            seen.problem("state", f"s{sock_id}: closed={state != 'closed'}, the model says {state}")
 
     # -- the end of a sequence -------------------------------------------------------------------
 
-    def finish(self, closing: Callable[[list[tuple[int, Expect]]], list[Seen]] | None = None) -> Seen:
-        """Check everything, close every open socket, check that nothing is left (R11). ``closing``: how the
-        closes (each socket and what the model expects of its close) are made and judged (default: one by
-        one, ``close_each``)."""
+    def finish(self) -> Seen:
+        """Check everything, close every open socket, check that nothing is left (R11)."""
         model = self.model
         assert model is not None
         t0 = time.perf_counter()
@@ -575,7 +476,7 @@ class Side:
             seen.expect.touched = Touched(registrations=opened, states=opened,
                                           nodes=set(range(len(self.world.nodes))))
             self._settled_check(seen, full=False)
-        for closed in (closing or self.close_each)(model.close_all()):
+        for closed in self.close_each(model.close_all()):
             seen.problems += closed.problems
         if not seen.problems:
             # Remote: backend.leaks() lists every registration and proxy allocation left, so no proxy is asked.
@@ -602,12 +503,12 @@ class Side:
             seens.append(self.closed(sock_id, exp, result))
         return seens
 
-    def closed(self, sock_id: int, exp: Expect, result: object, waited: Waited | None = None) -> Seen:
+    def closed(self, sock_id: int, exp: Expect, result: object) -> Seen:
         """The close of ``sock_id`` judged: what ``close_socket`` returned or raised, then its completions."""
         closing = Seen(exp)
         if isinstance(result, BaseException):
             closing.problem("call", f"close_socket(s{sock_id}) raised {result!r}")
-        self._completions(closing, waited)
+        self._completions(closing)
         return closing
 
     def abandon(self) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,14 +19,13 @@ from collections.abc import Generator as Stream
 from typing import Any
 
 from ..checks import REFERENCE_ORDER
-from ..protocols import Backend, Pipelining
+from ..protocols import Backend
 from .alternatives import active
 from .divergence import Divergence, listing, step_kind
 from .execute import Cost, Problem, Seen, Side
 from .generate import Generator
 from .reference import Model
 from .regressions import REGRESSIONS, Regression
-from .rounds import Rounds, close_in_rounds
 from .rules import ANSWERS, broken_rules
 from .shrink import shrink
 from .steps import Plan, Step
@@ -94,8 +92,6 @@ class ModelRun:
         self.budget = budget
         self.log = log
         self.seed = budget.seed if budget.seed is not None else random.SystemRandom().getrandbits(32)
-        # Every call a round trip (a lab): steps go in rounds, made together and judged one by one.
-        self.rounds = isinstance(backend, Pipelining)
         self.world = World(backend, plan)
         caps = [frozenset(capabilities[n.name]) if capabilities is not None else frozenset(backend.capabilities)
                 for n in self.world.nodes]
@@ -192,12 +188,8 @@ class ModelRun:
 
     def _made(self, sides: Sequence[Side], draw: Callable[[Model], Step | None],
               count: int) -> Stream[tuple[Step, Seen], None, None]:
-        """Each step drawn (up to ``count``) and what the backend under test made of it, in order: in rounds on a
-        backend that makes calls together (``rounds.py``), else one by one."""
+        """Each step drawn (up to ``count``) and what the backend under test made of it, one by one."""
         side = sides[0]
-        if self.rounds:
-            yield from Rounds(side, side.run).run(draw, count)
-            return
         for _ in range(count):
             assert side.model is not None
             step = draw(side.model)
@@ -226,8 +218,8 @@ class ModelRun:
         return None
 
     def _finish(self, sides: Sequence[Side]) -> Outcome | None:
-        for i, side in enumerate(sides):
-            seen = side.finish(functools.partial(close_in_rounds, side) if self.rounds and i == 0 else None)
+        for side in sides:
+            seen = side.finish()
             if seen.problems:
                 return None, side.name, seen.problems[0]
         return None

@@ -7,9 +7,9 @@ rewrites the buffers whose bytes differ from the sequence's starting pattern.
 
 from __future__ import annotations
 
+from ..batch import batch
 from ..contract import PAGE_SIZE, Access, SanError, WsaError
 from ..protocols import Backend, Buffer, Node, Process, Socket
-from ..together import together
 from .steps import BUFFER_SIZES, Plan, View, initial_bytes, plan_for
 
 
@@ -34,10 +34,11 @@ class World:
     def fresh_bytes(self) -> None:
         """Every buffer holds what a sequence starts from (rewritten only where it differs, all at once)."""
         stale = [(p, b) for p, b in self._keys() if self.data[p, b] != initial_bytes(p, b)]
-        outcomes = together(self.backend, [(self.bufs[p][b], "write", (initial_bytes(p, b),)) for p, b in stale])
-        for (p, b), (ok, error) in zip(stale, outcomes, strict=True):
-            if not ok:
-                raise error  # type: ignore[misc]
+        with batch(self.backend) as made:
+            writes = [made.call(self.bufs[p][b].write, initial_bytes(p, b)) for p, b in stale]
+        for (p, b), wrote in zip(stale, writes, strict=True):
+            if wrote.error is not None:
+                raise wrote.error
             self.data[p, b] = initial_bytes(p, b)
 
     def forget_bytes(self) -> None:

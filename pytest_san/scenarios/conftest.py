@@ -7,9 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_san import Backend, Connection, Switch
-from pytest_san.together import asking
 
-from .support import RawEnd
+from .support import RawEnd, close_ends
 
 
 @pytest.fixture
@@ -26,8 +25,4 @@ def raw_pair(san_backend: Backend, san_switch: object) -> Iterator[tuple[RawEnd,
     sa, sb = san_backend.connect_sockets(pa, pb)
     ends = (RawEnd(sa, pa, pa.node.provider, pa.node.proxy), RawEnd(sb, pb, pb.node.provider, pb.node.proxy))
     yield ends
-    # What closing asks (is the socket closed, its process alive), of both ends at once: on a lab one round trip.
-    with asking(san_backend, [q for end in ends for q in ((end.socket, "closed", ()), (end.process, "alive", ()))]):
-        left = [end for end in ends if not end.socket.closed and end.process.alive]
-    for end in left:
-        end.provider.close_socket(end.socket)
+    close_ends(san_backend, ends)

@@ -25,9 +25,8 @@ from pytest_san import (
     Status,
     WsaError,
 )
+from pytest_san.batch import batch, is_alive, is_closed, values
 from pytest_san.protocols import Faults, Node
-from pytest_san.protocols import Outcome as CallOutcome
-from pytest_san.together import asking, first_failure, together
 
 GUARD = 64
 GUARD_BYTE = 0xA5
@@ -80,20 +79,16 @@ def source(endpoint: End, data: bytes, access: Access = Access.READ) -> tuple[Bu
 
 def sources(backend: object, endpoint: End, payloads: Sequence[bytes],
             access: Access = Access.READ) -> list[tuple[Buffer, Handle]]:
-    """``source`` of each payload: the allocations, then the writes, then the registrations, each made
-    together where ``backend`` can (a lab: three round trips in all); the first failure is raised."""
-    bufs = _results(together(backend, [(endpoint.process, "alloc", (len(data),)) for data in payloads]))
-    _results(together(backend, [(buf, "write", (data,)) for buf, data in zip(bufs, payloads, strict=True)]))
-    handles = _results(together(backend, [(endpoint.provider, "register_memory", (endpoint.socket, buf, access))
-                                          for buf in bufs]))
-    return list(zip(bufs, handles, strict=True))
-
-
-def _results(outcomes: Sequence[CallOutcome]) -> list[Any]:
-    failure = first_failure(outcomes)
-    if failure is not None:
-        raise failure
-    return [value for _, value in outcomes]
+    """``source`` of each payload: the allocations, then the writes and the registrations, each batch made
+    together where ``backend`` can (a lab: two round trips in all); the first failure is raised."""
+    with batch(backend) as b:
+        allocs = [b.call(endpoint.process.alloc, len(data)) for data in payloads]
+    bufs = values(allocs)
+    with batch(backend) as b:
+        writes = [b.call(buf.write, data) for buf, data in zip(bufs, payloads, strict=True)]
+        registered = [b.call(endpoint.provider.register_memory, endpoint.socket, buf, access) for buf in bufs]
+    values(writes)
+    return list(zip(bufs, values(registered), strict=True))
 
 
 def sink(endpoint: End, nbytes: int, access: Access = Access.WRITE) -> tuple[Guarded, Handle]:
@@ -217,8 +212,9 @@ def two_processes(backend: Backend) -> tuple[Process, Process]:
 
 def close_ends(backend: Backend, ends: Sequence[RawEnd]) -> None:
     """Close those of ``ends`` still open whose process lives (asked together: on a lab one round trip)."""
-    with asking(backend, [q for end in ends for q in ((end.socket, "closed", ()), (end.process, "alive", ()))]):
-        left = [end for end in ends if not end.socket.closed and end.process.alive]
+    with batch(backend) as b:
+        states = [(end, b.call(is_closed, end.socket), b.call(is_alive, end.process)) for end in ends]
+    left = [end for end, closed, alive in states if not closed.value and alive.value]
     for end in left:
         end.provider.close_socket(end.socket)
 
@@ -300,9 +296,10 @@ def lay_out(backend: object, end: End, lengths: Sequence[int], accesses: Sequenc
         image += bytes([fill]) * length + bytes([GUARD_BYTE]) * SCATTER_GUARD
     whole = end.process.alloc(len(image))
     whole.write(bytes(image))
-    handles = _results(together(backend, [
-        (end.provider, "register_memory", (end.socket, whole.view(offset, length), access))
-        for offset, length, access in zip(at, lengths, accesses, strict=True)]))
+    with batch(backend) as b:
+        registered = [b.call(end.provider.register_memory, end.socket, whole.view(offset, length), access)
+                      for offset, length, access in zip(at, lengths, accesses, strict=True)]
+    handles = values(registered)
     return Scatter(whole, at, list(lengths), handles, bytes(image))
 
 

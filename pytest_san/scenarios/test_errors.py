@@ -7,7 +7,7 @@ from typing import cast
 import pytest
 
 from pytest_san import Access, Backend, Connection, SanError, Status, WsaError
-from pytest_san.together import asking, together
+from pytest_san.batch import batch, values
 
 from .support import (
     TIMEOUT,
@@ -77,10 +77,12 @@ def test_every_descriptor_size_below_the_required_one_is_the_probe(san_backend: 
     needed = expect_error(WsaError.WSAEFAULT, b.provider.register_rdma_memory, b.socket, buf, Access.WRITE,
                           0).required_size
     assert isinstance(needed, int) and needed > 0, f"the probe with 0 says a descriptor needs {needed!r} bytes"
-    probes = together(san_backend, [(b.provider, "register_rdma_memory", (b.socket, buf, Access.WRITE, size))
-                                    for size in range(1, needed)])
-    for size, (ok, value) in enumerate(probes, start=1):
-        assert not ok and isinstance(value, SanError), f"descriptor_size={size} of {needed}: gave {value!r}"
+    with batch(san_backend) as bt:
+        probes = [bt.call(b.provider.register_rdma_memory, b.socket, buf, Access.WRITE, size)
+                  for size in range(1, needed)]
+    for size, probe in enumerate(probes, start=1):
+        value = probe.error
+        assert isinstance(value, SanError), f"descriptor_size={size} of {needed}: gave {probe.outcome[1]!r}"
         assert value.code is WsaError.WSAEFAULT and value.required_size == needed, f"descriptor_size={size}: {value}"
     assert (len(b.provider.registrations(b.socket)), b.proxy.live_allocations()) == before, "a probe registered"
     for extra in ROOM_ABOVE:
@@ -119,8 +121,9 @@ def test_full_queue_is_enetdown(san_backend: Backend, conn: Connection) -> None:
         for _ in range(100_000):  # far beyond any receive queue
             posted.append(b.provider.recv(b.socket, [(g.inner, handle)]))
     assert err.value.code is WsaError.WSAENETDOWN
-    with asking(san_backend, [(op, "done", ()) for op in posted]):  # on a lab: one round trip
-        assert posted and not any(op.done() for op in posted)
+    with batch(san_backend) as bt:  # on a lab: one round trip
+        done = [bt.call(op.done) for op in posted]
+    assert posted and not any(values(done))
 
 
 @pytest.mark.san_rule("R14", "R4")

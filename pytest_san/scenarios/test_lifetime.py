@@ -9,7 +9,7 @@ import random
 import pytest
 
 from pytest_san import Access, Backend, Connection, SanError, Status, Switch, WsaError
-from pytest_san.together import Earlier, asking, together
+from pytest_san.batch import batch, values
 
 from .support import (
     MAX_SGE,
@@ -86,19 +86,18 @@ def test_a_deregistered_descriptor_is_never_handed_out_again_on_its_connection(
     rng = random.Random(DEREGISTER_CYCLES)
     seen: dict[bytes, int] = {}
     for first in range(0, DEREGISTER_CYCLES, CYCLES_TOGETHER):
-        calls: list[tuple[object, str, tuple[object, ...]]] = []
-        for _ in range(first, min(first + CYCLES_TOGETHER, DEREGISTER_CYCLES)):
-            access = rng.choice((Access.READ, Access.WRITE, Access.READWRITE))
-            calls.append((b.provider, "register_rdma_memory", (b.socket, rng.choice(ranges), access)))
-            calls.append((b.provider, "deregister_rdma_memory", (b.socket, Earlier(len(calls) - 1))))
-        outcomes = together(san_backend, calls)
-        for i, (ok, value) in enumerate(outcomes):
-            assert ok, f"cycle {first + i // 2}: {calls[i][1]} failed: {value!r}"
-            if i % 2 == 0:
-                assert isinstance(value, bytes | bytearray), value
-                cycle = first + i // 2
-                earlier = seen.setdefault(bytes(value), cycle)
-                assert earlier == cycle, f"cycle {cycle} handed out the descriptor of cycle {earlier} again"
+        with batch(san_backend) as bt:
+            cycles = []
+            for _ in range(first, min(first + CYCLES_TOGETHER, DEREGISTER_CYCLES)):
+                access = rng.choice((Access.READ, Access.WRITE, Access.READWRITE))
+                desc = bt.call(b.provider.register_rdma_memory, b.socket, rng.choice(ranges), access)
+                cycles.append((desc, bt.call(b.provider.deregister_rdma_memory, b.socket, desc.ref)))
+        for cycle, (desc, gone) in enumerate(cycles, first):
+            assert desc.error is None, f"cycle {cycle}: register_rdma_memory failed: {desc.error!r}"
+            assert gone.error is None, f"cycle {cycle}: deregister_rdma_memory failed: {gone.error!r}"
+            assert isinstance(desc.value, bytes | bytearray), desc.value
+            earlier = seen.setdefault(bytes(desc.value), cycle)
+            assert earlier == cycle, f"cycle {cycle} handed out the descriptor of cycle {earlier} again"
     assert len(seen) == DEREGISTER_CYCLES
     assert len(b.provider.registrations(b.socket)) == 0
 
@@ -346,8 +345,9 @@ def test_a_handle_stays_in_use_until_its_last_pending_operation_completes(
                 entries.append((others.entry(e), others.handles[e]))
         lists.append(entries)
     receives = [b.provider.recv(b.socket, entries) for entries in lists]
-    with asking(san_backend, [(op, "done", ()) for op in receives]):
-        assert not any(op.done() for op in receives), "a receive completed with nothing sent"
+    with batch(san_backend) as bt:
+        done = [bt.call(op.done) for op in receives]
+    assert not any(values(done)), "a receive completed with nothing sent"
     live = len(b.provider.registrations(b.socket))
     message = a.process.alloc(SHARED + OTHER * (MAX_SGE - 1))
     sent = a.provider.register_memory(a.socket, message, Access.READ)

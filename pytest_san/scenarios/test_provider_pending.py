@@ -11,7 +11,7 @@ import zlib
 import pytest
 
 from pytest_san import Access, Backend, Buffer, PendingOperation, SanError, Status, WsaError
-from pytest_san.together import asking
+from pytest_san.batch import batch, values
 
 from .support import (
     MAX_SGE,
@@ -67,8 +67,9 @@ def test_a_full_send_queue_is_enetdown_and_loses_no_send(san_backend: Backend, r
         for _ in range(ENOUGH):
             posted.append(a.provider.send(a.socket, entries))
     assert err.value.code is WsaError.WSAENETDOWN, err.value
-    with asking(san_backend, [(op, "done", ()) for op in posted]):
-        assert posted and not any(op.done() for op in posted), "a send completed before any receive took it"
+    with batch(san_backend) as bt:
+        done = [bt.call(op.done) for op in posted]
+    assert posted and not any(values(done)), "a send completed before any receive took it"
     slots = guarded(b, (len(posted) + 1) * len(data), fill=0x11)
     handle = b.provider.register_memory(b.socket, slots.inner, Access.WRITE)
     for i in range(len(posted) + 1):  # one more: a full queue has room again once its sends are taken
@@ -114,8 +115,9 @@ def test_closing_completes_every_pending_operation_on_either_end(san_backend: Ba
             buffers.append(g.whole)
             pending.append(a.provider.recv(a.socket, [(g.inner, handle)]))
     images = [buf.read() for buf in buffers]
-    with asking(san_backend, [(op, "done", ()) for op in pending]):
-        assert not any(op.done() for op in pending), "an operation completed with nothing to pair it"
+    with batch(san_backend) as bt:
+        done = [bt.call(op.done) for op in pending]
+    assert not any(values(done)), "an operation completed with nothing to pair it"
     (a if closer == "owner" else b).close()
     for i, op in enumerate(pending):
         done = op.wait(TIMEOUT)

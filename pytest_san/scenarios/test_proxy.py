@@ -26,8 +26,8 @@ from pytest_san import (
     SanError,
     WsaError,
 )
-from pytest_san.protocols import Allocation, Call
-from pytest_san.together import Earlier, first_failure, together
+from pytest_san.batch import Later, batch, values
+from pytest_san.protocols import Allocation
 
 from .support import expect_error, fail_allocations
 
@@ -103,13 +103,12 @@ def test_allocates_and_frees_on_request(san_proxy: Proxy) -> None:
 @pytest.mark.san_rule("P2")
 def test_many_allocate_free_cycles_stay_balanced(san_backend: Backend, san_proxy: Proxy) -> None:
     before = san_proxy.live_allocations()
-    cycles: list[Call] = []
-    for i in range(200):  # each free names the allocation just made: in order, together where the backend can
-        cycles += [(san_proxy, "allocate", (P * (1 + i % 4),)), (san_proxy, "free", (Earlier(2 * i),))]
-    outcomes = together(san_backend, cycles)
-    failure = first_failure(outcomes)
-    if failure is not None:
-        raise failure
+    with batch(san_backend) as bt:  # each free names the allocation just made: in order, together where it can
+        cycles: list[Later[object]] = []
+        for i in range(200):
+            allocation = bt.call(san_proxy.allocate, P * (1 + i % 4))
+            cycles += [allocation, bt.call(san_proxy.free, allocation.ref)]
+    values(cycles)
     assert san_proxy.live_allocations() == before
 
 

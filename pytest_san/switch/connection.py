@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..batch import batch, raise_first
 from ..contract import SO_RDMA_THRESHOLD_SIZE
 from ..pacing import Backoff
-from ..protocols import Call, Outcome, Process, Socket
-from ..together import asking, together
-from .endpoint import Endpoint, check_timeout, raise_first
+from ..protocols import Process, Socket
+from .endpoint import Endpoint, check_timeout
 
 if TYPE_CHECKING:
     from .switch import Switch
@@ -46,24 +46,21 @@ class Connection:
             self.close()  # a failure to release is raised instead, the connect's own chained to it
             raise
 
-    def _together(self, calls: list[Call]) -> list[Outcome]:
-        """On a lab: every host's calls in one round trip."""
-        return together(self.switch.backend, calls)
-
     def _build(self, threshold: int | None) -> None:
         """Both ends at once: their regions and registrations and the provider's threshold (used when none was
         given: asked in the same round trip either way), then their receives; the first failure is raised."""
-        made = self._together([*self.local.regions(), *self.remote.regions(4),
-                               (self.local.provider, "getsockopt", (self.local.socket, SO_RDMA_THRESHOLD_SIZE))])
-        self.local.regions_made(made[:4])
-        self.remote.regions_made(made[4:8])
-        raise_first(made)
-        self.rdma_threshold = made[8][1] if threshold is None else threshold  # type: ignore[assignment]
-        posts = self._together([*self.local.receives(), *self.remote.receives()])
-        count = self.message_count
-        self.local.receives_made(posts[:count])
-        self.remote.receives_made(posts[count:])
-        raise_first(posts)
+        with batch(self.switch.backend) as b:  # on a lab: every host's calls in one round trip
+            local, remote = self.local.regions(b), self.remote.regions(b)
+            asked = b.call(self.local.provider.getsockopt, self.local.socket, SO_RDMA_THRESHOLD_SIZE)
+        self.local.regions_made(local)
+        self.remote.regions_made(remote)
+        raise_first([*local, *remote, asked])
+        self.rdma_threshold = asked.value if threshold is None else threshold
+        with batch(self.switch.backend) as b:
+            posts = (self.local.receives(b), self.remote.receives(b))
+        self.local.receives_made(posts[0])
+        self.remote.receives_made(posts[1])
+        raise_first([*posts[0], *posts[1]])
 
     def read_mode(self, receiver: Endpoint) -> bool:
         """R10: large transfers use RdmaRead unless the receiving side lacks it (then RdmaWrite)."""
@@ -76,9 +73,11 @@ class Connection:
         asked of both ends at once (on a lab: one round trip for both hosts)."""
         moved = False
         while True:
-            with asking(self.switch.backend, self.local.questions() + self.remote.questions()):
-                if not self.local.progress() | self.remote.progress():
-                    return moved
+            with batch(self.switch.backend) as b:
+                asked = [(op, b.call(op.done)) for op in self.local.in_flight() + self.remote.in_flight()]
+            answered = {id(op): bool(done.value) for op, done in asked if done.error is None}
+            if not self.local.progress(answered) | self.remote.progress(answered):
+                return moved
             moved = True
 
     def run_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:

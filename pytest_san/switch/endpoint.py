@@ -7,16 +7,19 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..batch import Batch, Later, batch, raise_first
 from ..contract import SO_MAX_RDMA_SIZE, Access, SanError, Status, WsaError
 from ..notes import add_note
-from ..protocols import Buffer, Call, Handle, Outcome, PendingOperation, Process, Provider, Proxy, Question, Socket
-from ..together import Earlier, first_failure, together
+from ..protocols import Buffer, Handle, PendingOperation, Process, Provider, Proxy, Socket
 from .session import HEADER, LENGTH, MORE, Kind, Message, messages, src_avail
 
 if TYPE_CHECKING:
     from .connection import Connection
 
-__all__ = ["Endpoint", "add_note", "check_timeout", "raise_first"]
+__all__ = ["Endpoint", "Regions", "add_note", "check_timeout"]
+
+Regions = tuple[Later[Buffer], Later[Buffer], Later[Handle], Later[Handle]]
+"""An end's two regions and their registrations (send, receive), as a batch makes them."""
 
 
 @dataclasses.dataclass
@@ -73,35 +76,36 @@ class Endpoint:
         self.awaiting_read: collections.deque[bytes] = collections.deque()  # read mode: our sources' descriptors
         self.awaiting_sink: collections.deque[_Outgoing] = collections.deque()  # write mode, sender side
         self.writing: collections.deque[_Outgoing] = collections.deque()  # write mode, writes in flight
+        self.answered: dict[int, bool] = {}  # during ``progress``: whether each operation asked ahead was done
 
     # -- building (Connection.build: both ends' calls made together)
 
-    def regions(self, first: int = 0) -> list[Call]:
+    def regions(self, b: Batch) -> Regions:
         """R9: exactly two virtually contiguous regions, one per direction, and their registrations, each naming
-        what its allocation returned (on a lab: one round trip for all four); ``first``: the index of these
-        calls' first in the list they go in."""
+        what its allocation returned (on a lab: one round trip for all four)."""
         nbytes = self.conn.message_count * self.conn.message_size
-        return [(self.process, "alloc", (nbytes,))] * 2 + [
-            (self.provider, "register_memory", (self.socket, Earlier(first), Access.READ)),
-            (self.provider, "register_memory", (self.socket, Earlier(first + 1), Access.WRITE))]
+        send, recv = b.call(self.process.alloc, nbytes), b.call(self.process.alloc, nbytes)
+        return (send, recv, b.call(self.provider.register_memory, self.socket, send.ref, Access.READ),
+                b.call(self.provider.register_memory, self.socket, recv.ref, Access.WRITE))
 
-    def regions_made(self, outcomes: list[tuple[bool, Any]]) -> None:
+    def regions_made(self, made: Regions) -> None:
         """What ``regions`` got: kept, so that ``abandon`` releases what succeeded."""
-        regions, handles = outcomes[:2], outcomes[2:]
-        self.conn.trace += [(self.name, "register_memory") for ok, _ in regions if ok]  # a failed one's is unmade
-        self.send_handle, self.recv_handle = (handle if ok else None for ok, handle in handles)
-        if all(ok for ok, _ in regions):
-            self.send_region, self.recv_region = (region for _, region in regions)
+        send, recv, send_handle, recv_handle = made
+        # A registration is asked for once its region is allocated (one naming a failed allocation is unmade).
+        self.conn.trace += [(self.name, "register_memory") for region in (send, recv) if region.error is None]
+        self.send_handle, self.recv_handle = (h.value if h.error is None else None for h in (send_handle, recv_handle))
+        if send.error is None and recv.error is None:
+            self.send_region, self.recv_region = send.value, recv.value
             size = self.conn.message_size
             self.send_slots = [self.send_region.view(i * size, size) for i in range(self.conn.message_count)]
 
-    def receives(self) -> list[Call]:
+    def receives(self, b: Batch) -> list[Later[PendingOperation]]:
         """A receive posted in each slot of the receive region."""
-        return [(self.provider, "recv", (self.socket, [(self._recv_slot(slot), self.recv_handle)]))
+        return [b.call(self.provider.recv, self.socket, [(self._recv_slot(slot), self.recv_handle)])
                 for slot in range(self.conn.message_count)]
 
-    def receives_made(self, outcomes: list[tuple[bool, Any]]) -> None:
-        self.recvs.extend((slot, op) for slot, (ok, op) in enumerate(outcomes) if ok)
+    def receives_made(self, posted: list[Later[PendingOperation]]) -> None:
+        self.recvs.extend((slot, op.value) for slot, op in enumerate(posted) if op.error is None)
 
     # -- provider calls, traced so a scenario can see what the switch asked for (R9, R10)
 
@@ -109,11 +113,10 @@ class Endpoint:
         self.conn.trace.append((self.name, method))
         return getattr(self.provider, method)(self.socket, *args)
 
-    def _post(self, first: Call, method: str, slot: Buffer, handle: Handle | None) -> list[tuple[bool, Any]]:
-        """``first`` (a message slot's read or write), then the provider's ``method`` (send or recv) on ``slot``:
-        made together (on a lab: one round trip), in that order, and traced."""
-        self.conn.trace.append((self.name, method))
-        return together(self.conn.switch.backend, [first, (self.provider, method, (self.socket, [(slot, handle)]))])
+    def _batch(self) -> Batch:
+        """A message slot's read or write and the send or receive on it: made together (on a lab: one round
+        trip)."""
+        return batch(self.conn.switch.backend)
 
     def _room(self) -> int:
         """The payload one message holds."""
@@ -126,11 +129,14 @@ class Endpoint:
     def _take(self, slot: int) -> bytes:
         """The message in receive slot ``slot``, and a receive posted there again: the read first."""
         view = self._recv_slot(slot)
-        (read, data), (posted, op) = self._post((view, "read", ()), "recv", view, self.recv_handle)
-        if posted:
-            self.recvs.append((slot, op))
-        raise_first([(read, data), (posted, op)])
-        return data  # type: ignore[no-any-return]
+        self.conn.trace.append((self.name, "recv"))
+        with self._batch() as b:
+            read = b.call(view.read)
+            posted = b.call(self.provider.recv, self.socket, [(view, self.recv_handle)])
+        if posted.error is None:
+            self.recvs.append((slot, posted.value))
+        raise_first([read, posted])
+        return read.value
 
     # -- the application's side
 
@@ -229,31 +235,40 @@ class Endpoint:
     def _finished(self, ops: list[PendingOperation]) -> bool:
         """Every one of a large transfer's ``ops`` done and succeeded (one that failed puts the endpoint in
         error)."""
-        return all(op.done() for op in ops) and not any(self._failed("RDMA", op.wait().status) for op in ops)
+        return all(self._done(op) for op in ops) and not any(self._failed("RDMA", op.wait().status) for op in ops)
 
-    def questions(self) -> list[Question]:
-        """What ``progress`` asks of the operations in flight: whether each is done."""
-        return [(op, "done", ()) for _, _, ops in self._registered() for op in ops]
+    def in_flight(self) -> list[PendingOperation]:
+        """The operations in flight, whose being done ``progress`` asks: a caller may ask them ahead."""
+        return [op for _, _, ops in self._registered() for op in ops]
 
-    def progress(self) -> bool:
+    def _done(self, op: PendingOperation) -> bool:
+        """Whether ``op`` is done: as asked ahead (``progress(answered)``), else asked now."""
+        answer = self.answered.get(id(op))
+        return op.done() if answer is None else answer
+
+    def progress(self, answered: dict[int, bool] | None = None) -> bool:
         """Reap completions, handle messages, start what credits allow; True if it made a provider call (then
-        more may be possible at once)."""
+        more may be possible at once). ``answered``: whether each operation asked ahead (by ``id``) was done."""
         before = len(self.conn.trace)
-        for step in (self._reap_sends, self._receive, self._advance_rdma, self._flush):
-            if self.closed or self.error:
-                break
-            step()
+        self.answered = answered or {}
+        try:
+            for step in (self._reap_sends, self._receive, self._advance_rdma, self._flush):
+                if self.closed or self.error:
+                    break
+                step()
+        finally:
+            self.answered = {}
         return len(self.conn.trace) > before
 
     def _reap_sends(self) -> None:
         for slot, op in list(self.sends.items()):
-            if op.done():
+            if self._done(op):
                 del self.sends[slot]
                 self.free_slots.append(slot)
                 self._failed("send", op.wait().status)
 
     def _receive(self) -> None:
-        while self.recvs and self.recvs[0][1].done():
+        while self.recvs and self._done(self.recvs[0][1]):
             slot, op = self.recvs.popleft()
             if self._failed("receive", op.wait().status):
                 return
@@ -326,11 +341,13 @@ class Endpoint:
             self.to_return = 0
             self.credits -= 1
             buf = self.send_slots[slot]
-            (wrote, error), (sent, op) = self._post((buf, "write", (raw,)), "send", buf.view(0, len(raw)),
-                                                    self.send_handle)
-            if sent:
-                self.sends[slot] = op
-            raise_first([(wrote, error), (sent, op)])
+            self.conn.trace.append((self.name, "send"))
+            with self._batch() as b:
+                wrote = b.call(buf.write, raw)
+                sent = b.call(self.provider.send, self.socket, [(buf.view(0, len(raw)), self.send_handle)])
+            if sent.error is None:
+                self.sends[slot] = sent.value
+            raise_first([wrote, sent])
 
     def idle(self) -> bool:
         """Nothing of ours is waiting to be sent or transferred (a sink we offered: until it is written)."""
@@ -341,12 +358,6 @@ def _read(sink: Buffer | None) -> bytes:
     """All of a large transfer's sink."""
     assert sink is not None
     return sink.read()
-
-
-def raise_first(outcomes: list[Outcome]) -> None:
-    failure = first_failure(outcomes)
-    if failure is not None:
-        raise failure
 
 
 def check_timeout(timeout: object) -> None:

@@ -24,7 +24,6 @@ from pytest_san.model.steps import Key, Register, Transfer, plan_for
 from pytest_san.mutants.wrapping import DelegatingProvider, Shared, entries
 from pytest_san.protocols import Buffer, Node
 from tests.pytest_san.held_out.single_entry_rdma_read import SingleEntryRdmaRead
-from tests.pytest_san.test_model_rounds import Interleaving
 
 REFUSED = alternatives.REFUSED_AT_CALL
 ONE_BUFFER = alternatives.READ_ONE_BUFFER
@@ -233,7 +232,7 @@ class RefusesEveryList(RefusesBadEntriesAtTheCall):
 
 
 def _run(wrapper: Callable[[Any, Node, Shared], Any], *, sequences: int = 40, seed: int = 7,
-         drop: frozenset[str] = frozenset(), backend: type[EmulatorBackend] = EmulatorBackend) -> Summary:
+         drop: frozenset[str] = frozenset()) -> Summary:
     """The model on the emulator whose every provider is ``wrapper``'s, with the capabilities a plugin's provider
     has (the backend's, but ``reference_order`` and ``drop``); the regressions first, as every run does."""
     shared = Shared()
@@ -241,7 +240,7 @@ def _run(wrapper: Callable[[Any, Node, Shared], Any], *, sequences: int = 40, se
     def wrap(node: Any, provider: Any) -> Any:
         return wrapper(provider, node, shared)
 
-    made = Interleaving(seed, wrap_provider=wrap) if backend is Interleaving else EmulatorBackend(wrap_provider=wrap)
+    made = EmulatorBackend(wrap_provider=wrap)
     caps = made.capabilities - {"reference_order"} - drop
     return ModelRun(made, Budget(sequences=sequences, steps=40, seed=seed), log=_quiet,
                     capabilities={node.name: caps for node in made.nodes}).run()
@@ -251,14 +250,6 @@ def test_a_provider_that_refuses_every_bad_entry_at_the_call_passes_the_model() 
     summary = _run(RefusesBadEntriesAtTheCall)
     assert summary.divergences == [], [d.render() for d in summary.divergences]
     assert summary.alternatives[REFUSED] > 10  # it did refuse at the call, again and again
-
-
-def test_a_provider_that_refuses_at_the_call_passes_in_rounds() -> None:
-    """On a backend that makes calls together a step the call may refuse runs alone (what the next steps
-    expect depends on the answer)."""
-    summary = _run(RefusesBadEntriesAtTheCall, sequences=15, backend=Interleaving)
-    assert summary.divergences == [], [d.render() for d in summary.divergences]
-    assert summary.alternatives[REFUSED] > 0
 
 
 @pytest.mark.parametrize(("bug", "category"), [

@@ -17,15 +17,15 @@ import pytest
 
 import pytest_san
 import pytest_san.scenarios
-from pytest_san import burst, contract, protocols, switch
+from pytest_san import batch, burst, contract, protocols, switch
 
 SCENARIOS = Path(pytest_san.scenarios.__file__).parent
 FILES = sorted(SCENARIOS.glob("*.py"))
 
-PUBLIC_MODULES = {"pytest_san", "pytest_san.burst", "pytest_san.protocols", "pytest_san.together"}
-"""What a scenario may import of pytest-san (besides its own package). ``together`` makes the calls it is given
-by their protocol names, through the backend's ``Pipelining`` or ``Answering`` where it has them: a wrapper
-of a provider still sees each call."""
+PUBLIC_MODULES = {"pytest_san", "pytest_san.batch", "pytest_san.burst", "pytest_san.protocols"}
+"""What a scenario may import of pytest-san (besides its own package). ``batch`` makes the calls it is given on
+the protocols' own methods, together through the backend's ``Batching`` where it has one: a wrapper of a
+provider still sees each call."""
 
 CONNECTION = {"local", "remote", "trace", "close", "flush", "progress", "run_until"}
 ENDPOINT = {"socket", "process", "provider", "proxy", "peer", "name", "send", "recv", "close", "progress"}
@@ -47,7 +47,7 @@ def allowed_names() -> set[str]:
             if obj.__module__.startswith("pytest_san"):
                 names |= _public(obj)
     names |= _public(switch.Switch) | _public(pytest_san.SanError) | {"code", "message", "required_size"}
-    names |= set(burst.__all__)
+    names |= set(burst.__all__) | set(batch.__all__) | _public(batch.Later) | _public(batch.Batch)
     return names
 
 

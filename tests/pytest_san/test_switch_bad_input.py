@@ -6,7 +6,7 @@ Run on the emulator, where every socket, registration and proxy allocation can b
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -193,20 +193,20 @@ def test_recv_times_out_even_while_the_ends_keep_moving(backend: EmulatorBackend
 
 
 def test_calls_made_together_keep_each_outcome() -> None:
-    """pytest_san.together without a Pipelining backend: each call in turn, a failure kept as its outcome
-    without stopping the ones after it (what a pipelined backend does too)."""
-    from pytest_san.together import first_failure, together
+    """A batch in-process: each call in turn, a failure kept as its outcome without stopping the ones after it
+    (what a batching backend does too)."""
+    from pytest_san.batch import batch, first_error
 
     backend = EmulatorBackend()
     node = backend.nodes[0]
     process = node.default_process
     sock, _ = backend.connect_sockets(process, node.spawn_process())
     buf = process.alloc(64)
-    outcomes = together(backend, [(node.provider, "register_memory", (sock, buf, Access.READ)),
-                                  (node.provider, "register_memory", (sock, buf, 9)),
-                                  (process, "alloc", (16,))])
-    assert [ok for ok, _ in outcomes] == [True, False, True]
-    failure = first_failure(outcomes)
+    with batch(backend) as b:
+        made = [b.call(node.provider.register_memory, sock, buf, Access.READ),
+                b.call(node.provider.register_memory, sock, buf, cast(Access, 9)), b.call(process.alloc, 16)]
+    assert [later.error is None for later in made] == [True, False, True]
+    failure = first_error(made)
     assert isinstance(failure, SanError) and failure.code is WsaError.WSAEINVAL
     assert [r.refs for r in node.provider.registrations(sock)] == [1]
 

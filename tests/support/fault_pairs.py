@@ -22,9 +22,10 @@ import itertools
 import random
 import types
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pytest_san import Access, SanError
+from pytest_san.batch import Batch, Later, batch, is_closed, is_connected
 from pytest_san.burst import rdma_read_burst, rdma_write_burst
 from pytest_san.checks import first
 from pytest_san.contract import (
@@ -35,7 +36,7 @@ from pytest_san.contract import (
     SO_MAX_RDMA_SIZE,
     SO_RDMA_THRESHOLD_SIZE,
 )
-from pytest_san.protocols import Answering, Backend, Question
+from pytest_san.protocols import Backend
 
 BUF = 64  # bytes of each of the world's buffers
 
@@ -189,35 +190,31 @@ class World:
         self.queued = [self.provider.recv(self.sq, [(self.src.view(32, 16), self.hq)]) for _ in range(QUEUE_DEPTH)]
         self.baseline = self.snapshot()
 
-    def questions(self) -> list[Question]:
+    def looks(self, b: Batch) -> list[tuple[str, Later[object]]]:
+        """What no refused call may change, each named, added to ``b``."""
         p, q = self.provider, self.peer
-        return [(p, "registrations", (self.sa,)), (p, "registrations", (self.sq,)), (q, "registrations", (self.sb,)),
-                (self.backend.nodes[0].proxy, "live_allocations", ()),
-                (self.backend.nodes[1].proxy, "live_allocations", ()),
-                (self.src, "read", ()), (self.dst, "read", ()),
-                *[(s, what, ()) for s in (self.sa, self.sb, self.sc, self.sd, self.sq)
-                  for what in ("connected", "closed")],
-                (self.pending, "done", ()), (self.queued[0], "done", ())]
+        return [("registrations of sa", b.call(p.registrations, self.sa)),
+                ("registrations of sq", b.call(p.registrations, self.sq)),
+                ("registrations of sb", b.call(q.registrations, self.sb)),
+                ("live allocations of node 0", b.call(self.backend.nodes[0].proxy.live_allocations)),
+                ("live allocations of node 1", b.call(self.backend.nodes[1].proxy.live_allocations)),
+                ("src", b.call(self.src.read)), ("dst", b.call(self.dst.read)),
+                *[(f"{name} {what.__name__}", b.call(what, s))
+                  for name, s in (("sa", self.sa), ("sb", self.sb), ("sc", self.sc), ("sd", self.sd), ("sq", self.sq))
+                  for what in (is_connected, is_closed)],
+                ("pending done", b.call(self.pending.done)), ("queued[0] done", b.call(self.queued[0].done))]
 
-    def snapshot(self) -> tuple[object, ...]:
-        """What no refused call may change, asked together (one round trip per host where the backend can)."""
-        questions = self.questions()
-        backend = self.backend
-        if isinstance(backend, Answering):
-            with backend.answering(questions):
-                return self._ask(questions)
-        return self._ask(questions)
-
-    @staticmethod
-    def _ask(questions: list[Question]) -> tuple[object, ...]:
-        out: list[object] = []
-        for obj, name, args in questions:
-            value = getattr(obj, name)
-            value = value(*args) if callable(value) else value
-            if name == "registrations":
-                value = sorted((r.kind, r.address, r.length, int(r.access), r.refs) for r in value)
-            out.append(value)
-        return tuple(out)
+    def snapshot(self) -> dict[str, object]:
+        """What no refused call may change, read together (one round trip per host where the backend can)."""
+        with batch(self.backend) as b:
+            looks = self.looks(b)
+        out: dict[str, object] = {}
+        for name, later in looks:
+            value = later.value
+            if name.startswith("registrations"):
+                value = sorted((r.kind, r.address, r.length, int(r.access), r.refs) for r in cast(Any, value))
+            out[name] = value
+        return out
 
     # -- building a case's arguments ---------------------------------------------------------------------
 
@@ -345,8 +342,7 @@ def run_pairs(backend: Backend, chosen: Sequence[Case], answers: dict[str, str] 
                 problems.append(f"{case.id}: answered {got}, the table says {expected} ({case.expected})")
             after = world.snapshot()
             if after != world.baseline:
-                changed = [str(q[:2]) for q, was, now in zip(world.questions(), world.baseline, after, strict=True)
-                           if was != now]
+                changed = [name for name, was in world.baseline.items() if after[name] != was]
                 problems.append(f"{case.id}: changed {', '.join(changed)}")
                 break  # the world is not what the next case expects
     finally:

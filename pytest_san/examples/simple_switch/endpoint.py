@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytest_san import SO_MAX_RDMA_SIZE, Access, Buffer, Handle, PendingOperation, Process, SanError, Status, WsaError
@@ -26,8 +27,8 @@ class Transfer:
     ops: list[PendingOperation] = dataclasses.field(default_factory=list)
     data: bytes | None = None  # receiver: the bytes, once they are all there
 
-    def busy(self) -> bool:
-        return any(not op.done() for op in self.ops)
+    def busy(self, done: Callable[[PendingOperation], bool]) -> bool:
+        return any(not done(op) for op in self.ops)
 
 
 class SimpleEndpoint:
@@ -42,6 +43,7 @@ class SimpleEndpoint:
         self.proxy = process.node.proxy
         self.peer: SimpleEndpoint
         self.closed = False
+        self.answered: dict[int, bool] = {}  # during ``progress``: whether each operation asked ahead was done
         self.error: str | None = None
         self.handles: list[Handle] = []  # the two regions' registrations: send, then receive
         self.receives: collections.deque[tuple[int, PendingOperation]] = collections.deque()
@@ -156,14 +158,14 @@ class SimpleEndpoint:
     def releases(self) -> list[tuple[str, object]]:
         """R11: what close deregisters: every registration no pending operation of ours uses."""
         found: list[tuple[str, object]] = []
-        if self.handles and not any(not op.done() for op in self.sends.values()):
+        if self.handles and not any(not self.done(op) for op in self.sends.values()):
             found.append(("deregister_memory", self.handles[0]))
-        if len(self.handles) > 1 and not any(not op.done() for _, op in self.receives):
+        if len(self.handles) > 1 and not any(not self.done(op) for _, op in self.receives):
             found.append(("deregister_memory", self.handles[1]))
         for item in (*self.to_read, *self.to_sink, *self.writing, *self.sinks, *self.reading):
             if item.descriptor is not None:
                 found.append(("deregister_rdma_memory", item.descriptor))
-            if item.handle is not None and not item.busy():
+            if item.handle is not None and not item.busy(self.done):
                 found.append(("deregister_memory", item.handle))
         return found
 
@@ -188,19 +190,32 @@ class SimpleEndpoint:
 
     # -- progress
 
-    def progress(self) -> bool:
-        """Reap sends, take messages, move RDMA, send what flow control allows; True if anything moved."""
+    def done(self, op: PendingOperation) -> bool:
+        """Whether ``op`` is done: as ``progress`` was told, else asked now."""
+        answer = self.answered.get(id(op))
+        return op.done() if answer is None else answer
+
+    def progress(self, answered: dict[int, bool] | None = None) -> bool:
+        """Reap sends, take messages, move RDMA, send what flow control allows; True if anything moved.
+        ``answered``: whether each operation asked ahead (by ``id``) was done."""
+        self.answered = answered or {}
+        try:
+            return self.step()
+        finally:
+            self.answered = {}
+
+    def step(self) -> bool:
         if self.closed or self.error:
             return False
         moved = False
         for index, op in list(self.sends.items()):
-            if op.done():
+            if self.done(op):
                 del self.sends[index]
                 self.free.append(index)
                 moved = True
                 if self.failed("send", op.wait(0).status):
                     return True
-        while self.receives and self.receives[0][1].done():
+        while self.receives and self.done(self.receives[0][1]):
             index, op = self.receives.popleft()
             done = op.wait(0)
             if self.failed("receive", done.status):
@@ -257,7 +272,7 @@ class SimpleEndpoint:
         """Finish the RDMA whose operations are all done: release its registration and tell the peer."""
         moved = False
         for queue, kind in ((self.reading, Kind.READ_DONE), (self.writing, Kind.WRITE_DONE)):
-            while queue and not queue[0].busy():
+            while queue and not queue[0].busy(self.done):
                 item = queue.popleft()
                 for op in item.ops:
                     self.failed(kind.name.lower(), op.wait(0).status)
@@ -298,10 +313,9 @@ class SimpleEndpoint:
         """Something of ours still waits to be sent or transferred."""
         return bool(self.outgoing or self.to_read or self.to_sink or self.writing or self.reading)
 
-    def questions(self) -> list[tuple[object, str, tuple[object, ...]]]:
-        """Whether each operation in flight is done (asked together where the backend can)."""
+    def in_flight(self) -> list[PendingOperation]:
+        """The operations in flight, whose being done ``progress`` asks (a caller asks them ahead, together)."""
         if self.closed or self.error:
             return []
         ops = [*self.sends.values(), *(op for _, op in self.receives)]
-        ops += [op for item in (*self.reading, *self.writing) for op in item.ops]
-        return [(op, "done", ()) for op in ops]
+        return ops + [op for item in (*self.reading, *self.writing) for op in item.ops]

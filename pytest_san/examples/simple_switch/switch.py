@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_san import SO_RDMA_THRESHOLD_SIZE, Backend, Node, Process, SanError, WsaError
-from pytest_san.together import asking
+from pytest_san.batch import batch
 
 from .endpoint import SimpleEndpoint
 from .records import HEADER
@@ -70,9 +70,11 @@ class SimpleConnection:
     def progress(self) -> bool:
         moved = False
         for _ in range(PROGRESS_ROUNDS):
-            with asking(self.switch.backend, self.local.questions() + self.remote.questions()):
-                if not self.local.progress() | self.remote.progress():
-                    break
+            with batch(self.switch.backend) as b:
+                asked = [(op, b.call(op.done)) for op in self.local.in_flight() + self.remote.in_flight()]
+            answered = {id(op): bool(done.value) for op, done in asked if done.error is None}
+            if not self.local.progress(answered) | self.remote.progress(answered):
+                break
             moved = True
         return moved
 

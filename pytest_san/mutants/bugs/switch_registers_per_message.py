@@ -26,13 +26,13 @@ class PerMessage(SimpleEndpoint):
         self.__dict__.setdefault("per_message", []).append((op, handle))
         return op
 
-    def progress(self) -> bool:
+    def step(self) -> bool:
         """Each message's registration goes once its send is done and no other send in flight uses the same
         handle (a provider may hand out one handle, counted, for the same slot registered again)."""
-        moved = super().progress()
+        moved = super().step()
         pending: list[tuple[PendingOperation, Any]] = self.__dict__.get("per_message", [])
-        done = [(op, handle) for op, handle in pending if op.done()]
-        busy = {handle for op, handle in pending if not op.done()}
+        done = [(op, handle) for op, handle in pending if self.done(op)]
+        busy = {handle for op, handle in pending if not self.done(op)}
         for op, handle in done:
             if handle not in busy and not self.closed and not self.socket.closed:
                 pending.remove((op, handle))

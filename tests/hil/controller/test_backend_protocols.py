@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from hil.controller.backend import HilBackend
-from pytest_san.protocols import Answering, CountsRoundTrips, EndsTests, Pipelining
+from pytest_san.batch import Batching
+from pytest_san.protocols import CountsRoundTrips, EndsTests
 
 
 def test_the_hil_backend_has_every_optional_protocol_the_fixtures_and_the_model_look_for() -> None:
-    for protocol in (EndsTests, CountsRoundTrips, Answering, Pipelining):
+    for protocol in (EndsTests, CountsRoundTrips, Batching):
         assert issubclass(HilBackend, protocol), protocol.__name__

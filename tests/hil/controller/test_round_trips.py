@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from hil.controller.backend import HilBackend
 from hil.inventory import HostConfig
 from pytest_san import Access, Switch
+from pytest_san.batch import Batch, Later, batch, is_alive, is_closed, is_connected, is_done, made_one_by_one, wait_for
 from tests.hil.controller.test_hil import inventory
 
 BOUND = 3
@@ -150,11 +151,10 @@ def test_a_deferred_close_error_is_reported(sshd_host: HostConfig) -> None:
         backend.close()
 
 
-def test_questions_asked_together_cost_one_round_trip_and_answer_as_asked_alone(sshd_host: HostConfig) -> None:
-    """HilBackend.answering (the model's checks): socket states, registrations, bytes, proxy counts and
-    completions in one round trip; the answers (errors included) are those the objects give alone."""
+def test_reads_made_together_cost_one_round_trip_and_answer_as_made_alone(sshd_host: HostConfig) -> None:
+    """A batch of reads (the model's checks): socket states, registrations, bytes, proxy counts and completions
+    in one round trip; the answers (errors included) are those the objects give alone."""
     from pytest_san import SanError, Status, WsaError
-    from pytest_san.protocols import Question
 
     backend = HilBackend([sshd_host])
     try:
@@ -170,33 +170,38 @@ def test_questions_asked_together_cost_one_round_trip_and_answer_as_asked_alone(
         recv = provider.recv(b_sock, [(sink, provider.register_memory(b_sock, sink, Access.WRITE))])
         provider.close_socket(closed)
         proxy = node.proxy
+        not_a_socket: Any = 424242
 
-        def ask() -> list[object]:
+        def shown(registrations: Any) -> object:
+            if isinstance(registrations, SanError):
+                return registrations.code
+            return sorted((r.kind, r.length, int(r.access)) for r in registrations)
+
+        def alone() -> list[object]:
             answers: list[object] = []
             for sock in (a_sock, b_sock, closed):
                 answers += [sock.connected, sock.closed]
-            not_a_socket: Any = 424242
             for sock in (a_sock, closed, not_a_socket):
                 try:
-                    answers.append(sorted((r.kind, r.length, int(r.access)) for r in provider.registrations(sock)))
+                    answers.append(shown(provider.registrations(sock)))
                 except SanError as exc:
-                    answers.append(exc.code)
+                    answers.append(shown(exc))
             return [*answers, buf.read(), proxy.live_allocations(), recv.done()]
 
-        alone = ask()
-        questions: list[Question] = [
-            *[(s, "connected", ()) for s in (a_sock, b_sock, closed)],
-            *[(provider, "registrations", (s,)) for s in (a_sock, closed, 424242)],
-            (buf, "read", ()), (proxy, "live_allocations", ()), (recv, "done", ())]
+        expected = alone()
         before = backend.round_trips()[sshd_host.name]
-        with backend.answering(questions):
-            together = ask()
+        with batch(backend) as b:
+            states = [b.call(read, sock) for sock in (a_sock, b_sock, closed) for read in (is_connected, is_closed)]
+            registrations = [b.call(provider.registrations, sock) for sock in (a_sock, closed, not_a_socket)]
+            rest = [b.call(buf.read), b.call(proxy.live_allocations), b.call(recv.done)]
         assert backend.round_trips()[sshd_host.name] - before == 1
-        assert together == alone
-        assert alone[:6] == [True, False, True, False, False, True] and alone[-1] is False
-        assert alone[6] == [("memory", 64, int(Access.READ))] and alone[8] == WsaError.WSAENOTSOCK
+        together = [*(s.value for s in states), *(shown(r.outcome[1]) for r in registrations),
+                    *(r.value for r in rest)]
+        assert together == expected
+        assert expected[:6] == [True, False, True, False, False, True] and expected[-1] is False
+        assert expected[6] == [("memory", 64, int(Access.READ))] and expected[8] == WsaError.WSAENOTSOCK
         provider.send(a_sock, [(buf.view(0, 8), provider.register_memory(a_sock, buf, Access.READ))])
-        assert recv.wait(10).status is Status.SUCCESS  # answers asked together are not kept after the block
+        assert recv.wait(10).status is Status.SUCCESS  # a read made together is not kept as the answer after
     finally:
         backend.close()
 
@@ -224,7 +229,7 @@ def test_the_switch_builds_a_connection_in_a_few_round_trips(sshd_host: HostConf
 
 
 def test_a_failed_call_among_those_made_together_is_its_own(sshd_host: HostConfig) -> None:
-    """HilBackend.together: each call's outcome is its own (a failure does not stop or spoil the others) and
+    """A batch on hil: each call's outcome is its own (a failure does not stop or spoil the others) and
     a failed build of a connection's end releases what the others built (all or nothing)."""
     from pytest_san import SanError, WsaError
     from pytest_san.contract import QUEUE_DEPTH
@@ -236,14 +241,14 @@ def test_a_failed_call_among_those_made_together_is_its_own(sshd_host: HostConfi
         a, _ = backend.connect_sockets(p, node.spawn_process())
         buf = p.alloc(64)
         before = backend.round_trips()[sshd_host.name]
-        outcomes = backend.together([(node.provider, "register_memory", (a, buf, Access.READ)),
-                                     (node.provider, "register_memory", (a, buf, 7)),
-                                     (p, "alloc", (32,))])
+        with batch(backend) as b:
+            made = [b.call(node.provider.register_memory, a, buf, Access.READ),
+                    b.call(node.provider.register_memory, a, buf, cast(Access, 7)), b.call(p.alloc, 32)]
         assert backend.round_trips()[sshd_host.name] - before == 1
-        (ok0, handle), (ok1, error), (ok2, more) = outcomes
-        assert ok0 and isinstance(handle, int) and not ok1 and ok2
+        handle, error, more = (later.outcome[1] for later in made)
+        assert [later.error is None for later in made] == [True, False, True] and isinstance(handle, int)
         assert isinstance(error, SanError) and error.code is WsaError.WSAEINVAL
-        assert more.length == 32 and more.process is p  # type: ignore[attr-defined]
+        assert more.length == 32 and more.process is p
         assert [r.refs for r in node.provider.registrations(a)] == [1]
         # A connect whose receives cannot all be posted (the receive queue holds QUEUE_DEPTH) releases everything.
         with pytest.raises(SanError) as failed:
@@ -256,26 +261,27 @@ def test_a_failed_call_among_those_made_together_is_its_own(sshd_host: HostConfi
 
 
 def test_allocations_and_their_frees_go_together_and_answer_as_made_alone(sshd_host: HostConfig) -> None:
-    """A proxy's allocate and a free naming it (pytest_san.together.Earlier) in one round trip; a free of what
-    is already free fails there as it does alone, and the proxy's count ends where it began."""
+    """A proxy's allocate and a free naming it (``Later.ref``) in one round trip; a free of what is already free
+    fails there as it does alone, and the proxy's count ends where it began."""
     from pytest_san import WsaError
-    from pytest_san.together import Earlier, one_by_one
 
     backend = HilBackend([sshd_host])
     try:
         proxy = backend.nodes[0].proxy
         start = proxy.live_allocations()
-        calls: list[Any] = [(proxy, "allocate", (4096,)), (proxy, "free", (Earlier(0),)),
-                            (proxy, "allocate", (8192,)), (proxy, "free", (Earlier(2),)),
-                            (proxy, "free", (Earlier(0),))]
         before = backend.round_trips()[sshd_host.name]
-        made = backend.together(calls)
+        with batch(backend) as b:
+            first = b.call(proxy.allocate, 4096)
+            made = [first, b.call(proxy.free, first.ref)]
+            second = b.call(proxy.allocate, 8192)
+            made += [second, b.call(proxy.free, second.ref), b.call(proxy.free, first.ref)]
         assert backend.round_trips()[sshd_host.name] - before == 1
-        alone = one_by_one(calls)
-        assert [(ok, type(value)) for ok, value in made] == [(ok, type(value)) for ok, value in alone]
-        assert [ok for ok, _ in made] == [True, True, True, True, False]
-        assert made[0][1].length >= 4096 and made[2][1].length >= 8192
-        assert made[4][1].code is alone[4][1].code is WsaError.WSAEINVAL  # type: ignore[attr-defined]
+        alone = made_one_by_one(b.calls)
+        assert [(later.error is None, type(later.outcome[1])) for later in made] == \
+            [(ok, type(value)) for ok, value in alone]
+        assert [later.error is None for later in made] == [True, True, True, True, False]
+        assert first.value.length >= 4096 and second.value.length >= 8192
+        assert getattr(made[4].error, "code", None) is alone[4][1].code is WsaError.WSAEINVAL
         assert proxy.live_allocations() == start
     finally:
         backend.close()
@@ -288,10 +294,10 @@ def test_whether_processes_are_alive_is_asked_together(sshd_host: HostConfig) ->
         p, q = node.default_process, node.spawn_process()
         q.kill()
         before = backend.round_trips()[sshd_host.name]
-        with backend.answering([(p, "alive", ()), (q, "alive", ())]):
-            answers = [p.alive, q.alive]
+        with batch(backend) as b:
+            answers = [b.call(is_alive, p), b.call(is_alive, q)]
         assert backend.round_trips()[sshd_host.name] - before == 1
-        assert answers == [True, False] == [p.alive, q.alive]
+        assert [a.value for a in answers] == [True, False] == [p.alive, q.alive]
     finally:
         backend.close()
 
@@ -302,25 +308,21 @@ def sshd_host(sshd: object, tmp_path: Path) -> HostConfig:
     return host
 
 
-def _chain(backend: object, node: Any, sock: Any, fail: bool = False) -> list[Any]:
+def _chain(b: Batch, node: Any, sock: Any, fail: bool = False) -> list[Later[Any]]:
     """alloc, its write, a registration of it, a receive into it, a wait: each names what an earlier one returned."""
-    from pytest_san.together import Earlier
-
     p, provider = node.default_process, node.provider
-    return [(p, "alloc", (16,)),
-            (provider, "getsockopt", (sock, 0x700D)),
-            (provider, "register_memory", (sock, Earlier(0), 7 if fail else Access.WRITE)),
-            (provider, "recv", (sock, [(Earlier(0), Earlier(2))])),
-            (Earlier(3), "done", ()),
-            (Earlier(3), "wait", (0.5,)),
-            (sock, "connected", ()),
-            (provider, "registrations", (sock,))]
+    buf = b.call(p.alloc, 16)
+    threshold = b.call(provider.getsockopt, sock, 0x700D)
+    handle = b.call(provider.register_memory, sock, buf.ref, cast(Access, 7) if fail else Access.WRITE)
+    recv = b.call(provider.recv, sock, [(buf.ref, handle.ref)])
+    return [buf, threshold, handle, recv, b.call(is_done, recv.ref), b.call(wait_for, recv.ref, 0.5),
+            b.call(is_connected, sock), b.call(provider.registrations, sock)]
 
 
-def _shown(outcomes: list[Any]) -> list[Any]:
+def _shown(laters: list[Later[Any]]) -> list[Any]:
     """Outcomes as comparable values: errors by type and code, buffers by length, registrations by fields."""
     out: list[Any] = []
-    for ok, value in outcomes:
+    for ok, value in (later.outcome for later in laters):
         if not ok:
             out.append((type(value).__name__, getattr(value, "code", None)))
         elif hasattr(value, "length") and hasattr(value, "process"):
@@ -339,26 +341,28 @@ def _shown(outcomes: list[Any]) -> list[Any]:
 @pytest.mark.parametrize("fail", [False, True], ids=["chain", "a-failed-link"])
 def test_calls_naming_earlier_results_go_in_one_round_trip_and_answer_as_alone(sshd_host: HostConfig,
                                                                                  fail: bool) -> None:
-    """Earlier(i) in HilBackend.together: an allocation, a registration of it, a receive into it and waits for
-    that receive, one round trip in all; the outcomes are those of the same calls made one by one on the
-    emulator in-process (a call naming a failed one fails the same, unmade)."""
+    """``Later.ref`` in a batch on hil: an allocation, a registration of it, a receive into it and waits for that
+    receive, one round trip in all; the outcomes are those of the same calls made on the emulator in-process (a
+    call naming a failed one fails the same, unmade)."""
     from pytest_san.emulator import EmulatorBackend
-    from pytest_san.together import one_by_one
 
     alone = EmulatorBackend()
     a, _ = alone.connect_sockets(alone.nodes[0].default_process, alone.nodes[0].spawn_process())
-    expected = _shown(one_by_one(_chain(alone, alone.nodes[0], a, fail)))
+    with batch(alone) as b:
+        made_alone = _chain(b, alone.nodes[0], a, fail)
+    expected = _shown(made_alone)
     backend = HilBackend([sshd_host])
     try:
         node = backend.nodes[0]
         sock, _ = backend.connect_sockets(node.default_process, node.spawn_process())
         before = backend.round_trips()[sshd_host.name]
-        outcomes = backend.together(_chain(backend, node, sock, fail))
+        with batch(backend) as b:
+            made = _chain(b, node, sock, fail)
         assert backend.round_trips()[sshd_host.name] - before == 1
-        assert _shown(outcomes) == expected
+        assert _shown(made) == expected
         if fail:
-            assert [ok for ok, _ in outcomes[2:6]] == [False] * 4
-            assert all(value is outcomes[2][1] for _, value in outcomes[3:6])  # the same failure, unmade
+            assert [later.error is None for later in made[2:6]] == [False] * 4
+            assert all(later.error is made[2].error for later in made[3:6])  # the same failure, unmade
         else:
             assert expected[4:6] == [False, ("TimeoutError", None)]  # nothing sent: the receive waits
         node.provider.close_socket(sock)
@@ -368,9 +372,8 @@ def test_calls_naming_earlier_results_go_in_one_round_trip_and_answer_as_alone(s
 
 
 def test_a_call_naming_another_hosts_result_waits_for_it(sshd: Any, tmp_path: Path) -> None:
-    """An Earlier naming a call on another host: a second wave, after that call's reply, with its result."""
+    """A call naming a call on another host: a second wave, after that call's reply, with its result."""
     from pytest_san import SanError, WsaError
-    from pytest_san.together import Earlier
 
     hosts = [sshd.host_config(name=name, engine="emulator", loopback=True,
                               extra={"san_remote_tmp": str(tmp_path)}) for name in ("lab1", "lab2")]
@@ -380,13 +383,13 @@ def test_a_call_naming_another_hosts_result_waits_for_it(sshd: Any, tmp_path: Pa
         p, q = one.default_process, two.default_process
         sock, _ = backend.connect_sockets(q, two.spawn_process())
         before = backend.round_trips()
-        outcomes = backend.together([(p, "alloc", (8,)),
-                                     (two.provider, "register_memory", (sock, Earlier(0), Access.READ)),
-                                     (q, "alloc", (8,))])
+        with batch(backend) as b:
+            foreign = b.call(p.alloc, 8)
+            made = [foreign, b.call(two.provider.register_memory, sock, foreign.ref, Access.READ), b.call(q.alloc, 8)]
         spent = {h: n - before[h] for h, n in backend.round_trips().items()}
         assert spent == {"lab1": 1, "lab2": 1}  # lab2's calls both in the second wave, in order
-        (ok0, foreign), (ok1, error), (ok2, _) = outcomes
-        assert ok0 and ok2 and not ok1 and foreign.process is p  # type: ignore[attr-defined]
+        assert made[0].error is None and made[2].error is None and foreign.value.process is p
+        error = made[1].error
         assert isinstance(error, SanError) and error.code is WsaError.WSAEFAULT  # another host's memory
         two.provider.close_socket(sock)
     finally:

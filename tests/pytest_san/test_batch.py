@@ -1,0 +1,130 @@
+"""``pytest_san.batch`` in-process: each call made when added, results read once the block has ended, a call
+naming a failed one not made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_san import Access, SanError, WsaError
+from pytest_san.batch import (
+    Batch,
+    Call,
+    Ref,
+    batch,
+    first_error,
+    is_alive,
+    is_closed,
+    is_connected,
+    is_done,
+    made_one_by_one,
+    wait_for,
+)
+from pytest_san.emulator import EmulatorBackend
+
+
+@pytest.fixture
+def backend() -> Any:
+    made = EmulatorBackend()
+    yield made
+    made.reset()
+    made.close()
+
+
+def test_calls_are_made_when_added_and_read_after_the_block(backend: Any) -> None:
+    a, _ = backend.connect_sockets(backend.nodes[0].default_process, backend.nodes[1].default_process)
+    provider = backend.nodes[0].provider
+    with batch(backend) as bt:
+        buf = bt.call(a.process.alloc, 4096)
+        handle = bt.call(provider.register_memory, a, buf.ref, Access.READ)
+        assert provider.registrations(a), "in-process, the registration is made when it is added"
+        with pytest.raises(RuntimeError, match="once its block has ended"):
+            handle.value  # noqa: B018
+    assert buf.value.length == 4096
+    assert [r.kind for r in provider.registrations(a)] == ["memory"]
+    provider.deregister_memory(a, handle.value)
+
+
+def test_a_call_naming_a_failed_one_is_not_made_and_fails_the_same(backend: Any) -> None:
+    a, _ = backend.connect_sockets(backend.nodes[0].default_process, backend.nodes[1].default_process)
+    provider = backend.nodes[0].provider
+    with batch(backend) as bt:
+        too_big = bt.call(a.process.alloc, -1)
+        handle = bt.call(provider.register_memory, a, too_big.ref, Access.READ)
+        fine = bt.call(a.process.alloc, 64)
+    assert handle.error is too_big.error and too_big.error is not None
+    assert fine.error is None
+    assert provider.registrations(a) == []
+    assert first_error([fine, handle, too_big]) is too_big.error
+
+
+def test_refs_inside_lists_and_tuples_are_resolved(backend: Any) -> None:
+    a, b = backend.connect_sockets(backend.nodes[0].default_process, backend.nodes[1].default_process)
+    pa, pb = backend.nodes[0].provider, backend.nodes[1].provider
+    with batch(backend) as bt:
+        src = bt.call(a.process.alloc, 8)
+        dst = bt.call(b.process.alloc, 8)
+        handle = bt.call(pa.register_memory, a, src.ref, Access.READ)
+        desc = bt.call(pb.register_rdma_memory, b, dst.ref, Access.WRITE)
+    src.value.write(b"abcdefgh")
+    with batch(backend) as bt:
+        op = bt.call(pa.rdma_write, a, [(src.ref, handle.ref)], desc.ref)
+        completion = bt.call(wait_for, op.ref, 5.0)
+        done = bt.call(is_done, op.ref)
+    assert completion.value.bytes == 8 and done.value is True
+    assert dst.value.read() == b"abcdefgh"
+    pa.deregister_memory(a, handle.value)
+    pb.deregister_rdma_memory(b, desc.value)
+
+
+def test_property_reads_travel_as_functions(backend: Any) -> None:
+    a, _ = backend.connect_sockets(backend.nodes[0].default_process, backend.nodes[1].default_process)
+    with batch(backend) as bt:
+        reads = [bt.call(is_connected, a), bt.call(is_closed, a), bt.call(is_alive, a.process)]
+    assert [r.value for r in reads] == [True, False, True]
+
+
+def test_a_failed_call_keeps_its_exception(backend: Any) -> None:
+    a, _ = backend.connect_sockets(backend.nodes[0].default_process, backend.nodes[1].default_process)
+    with batch(backend) as bt:
+        bad = bt.call(backend.nodes[0].provider.deregister_memory, a, 12345)
+    assert isinstance(bad.error, SanError) and bad.error.code is WsaError.WSAEINVAL
+    with pytest.raises(SanError):
+        bad.value  # noqa: B018
+
+
+def test_a_batch_is_made_once() -> None:
+    bt = Batch(object())
+    with bt:
+        one = bt.call(len, "abc")
+    with pytest.raises(RuntimeError, match="made already"):
+        bt.call(len, "x")
+    assert one.value == 3
+
+
+def test_a_block_that_raises_makes_nothing_more() -> None:
+    class Deferred:
+        def __init__(self) -> None:
+            self.made: list[int] = []
+
+        def make_together(self, calls: Any) -> list[Any]:
+            self.made.append(len(calls))
+            return [(True, None)] * len(calls)
+
+    deferred = Deferred()
+    with pytest.raises(KeyError), batch(deferred) as bt:
+        bt.call(len, "abc")
+        raise KeyError("in the block")
+    assert deferred.made == []
+    with batch(deferred) as bt:
+        bt.call(len, "abc")
+    assert deferred.made == [1]
+
+
+def test_one_by_one_resolves_what_earlier_calls_returned() -> None:
+    outcomes = made_one_by_one([Call(list, ("ab",), {}), Call(len, (Ref(0),), {}), Call(int, ("x",), {}),
+                                Call(len, ([Ref(2)],), {})])
+    assert outcomes[:2] == [(True, ["a", "b"]), (True, 2)]
+    assert outcomes[2][0] is False and isinstance(outcomes[2][1], ValueError)
+    assert outcomes[3] == (False, outcomes[2][1])
