@@ -23,7 +23,7 @@ from ..contract import VALID_ACCESS, Access, SanError, Status
 from ..protocols import PendingOperation, Provider, Socket
 from .alternatives import RNR_BOUNDED
 from .reference import Model
-from .state import Expect, KeyValue, Touched, not_a_key
+from .state import Expect, KeyValue, Touched, Traits, not_a_key
 from .steps import Close, Deregister, Reconnect, Register, Scribble, Step, Transfer, View, pattern
 from .world import World
 
@@ -109,21 +109,14 @@ _RETURNS = {"handle": "a handle", "descriptor": "a descriptor", "op": "a pending
 
 
 class Side:
-    """``world``'s backend running sequences; ``alts``: the documented alternatives it may take."""
+    """``world``'s backend running sequences, expected to have ``traits`` (its ``desc_size`` is probed when a
+    sequence starts; ``sends_wait`` is the backend under test's on both sides of a differential run); ``full``:
+    check everything after every step (where calls are cheap)."""
 
-    def __init__(self, name: str, world: World, alts: frozenset[str], *, full: bool, timeout: float = 30.0,
-                 sends_wait: bool = True, no_read: frozenset[int] = frozenset(),
-                 reference_order: bool = False) -> None:
-        """``sends_wait``: the capability ``send_waits`` of the backend under test (the same on both sides of
-        a differential run: the model skips a send no receive waits for where it is False); ``no_read``: the
-        nodes (indices in ``world``) whose provider lacks RdmaRead; ``reference_order``: every node of this
-        side's backend declares it (the model expects one answer to a call with several faults)."""
+    def __init__(self, name: str, world: World, traits: Traits, *, full: bool, timeout: float = 30.0) -> None:
         self.name = name
         self.world = world
-        self.alts = alts
-        self.sends_wait = sends_wait
-        self.no_read = no_read
-        self.reference_order = reference_order
+        self.traits = traits
         self.full = full
         self.timeout = timeout
         self.model: Model | None = None
@@ -148,8 +141,7 @@ class Side:
         desc_size = self.world.probe(self.socks[0])
         self.world.fresh_bytes()
         self.world.forget_bytes()  # known again when the sequence ends as the model says
-        self.model = Model(self.world.plan, self.alts, desc_size, sends_wait=self.sends_wait, no_read=self.no_read,
-                           reference_order=self.reference_order)
+        self.model = Model(self.world.plan, dataclasses.replace(self.traits, desc_size=desc_size))
         self.cost.setup += time.perf_counter() - t0
         return self.model
 
@@ -205,7 +197,7 @@ class Side:
         move the model on as it did: one ``done()`` round trip per send waiting for a receive."""
         model = self.model
         assert model is not None
-        if RNR_BOUNDED not in self.alts:
+        if RNR_BOUNDED not in self.traits.alts:
             return None
         seen = None
         for sock, op in self._old_waiting_sends(model):
@@ -216,7 +208,7 @@ class Side:
         return seen
 
     def _old_waiting_sends(self, model: Model) -> list[tuple[int, int]]:
-        if RNR_BOUNDED not in self.alts:
+        if RNR_BOUNDED not in self.traits.alts:
             return []
         now = time.monotonic()
         return [(sock, op) for sock, op in model.waiting_sends()
@@ -236,7 +228,7 @@ class Side:
         before = len(seen.problems)
         self.check(seen, full=full)
         assert self.model is not None
-        if len(seen.problems) > before and RNR_BOUNDED in self.alts and self._gave_up_meanwhile(self.model):
+        if len(seen.problems) > before and RNR_BOUNDED in self.traits.alts and self._gave_up_meanwhile(self.model):
             del seen.problems[before:]
             _merged(seen, self.catch_up())
             self.check(seen, full=full)
@@ -305,7 +297,7 @@ class Side:
         model = self.model
         assert model is not None
         call = "register_memory" if step.kind == "memory" else "register_rdma_memory"
-        why = not_a_key(step.kind, key, model.desc_size)
+        why = not_a_key(step.kind, key, model.traits.desc_size)
         if why:
             seen.problem("key", f"{call} returned {key!r:.80}, {why}")
             return

@@ -97,11 +97,11 @@ class Generator:
             peer = s.peer
             if s.state != "connected" or peer is None or (self.slow and s.dead_peer and op != "recv"):
                 continue
-            if ((op == "send" and s.has("memory", R) and len(s.sq) < 3 and (self.model.sends_wait or peer.recvs))
+            if ((op == "send" and s.has("memory", R) and len(s.sq) < 3 and (self.model.traits.sends_wait or peer.recvs))
                     or (op == "recv" and s.has("memory", W) and len(s.recvs) < 3)
                     or (op == "rdma_write" and s.has("memory", R) and peer.has("rdma", W))
                     or (op == "rdma_read" and s.has("memory", W) and peer.has("rdma", R)
-                        and s.node not in self.model.no_read)
+                        and s.node not in self.model.traits.no_read)
                     or op == "register"):
                 out.append(s)
         return out
@@ -160,7 +160,7 @@ class Generator:
         shape = "range" if mostly(rnd, 0.95) else rnd.choice(["empty", "overrun", "unmapped"])
         size = None
         if kind == "rdma" and not mostly(rnd, 0.8):
-            ds = self.model.desc_size
+            ds = self.model.traits.desc_size
             size = rnd.choice([ds, ds + 8, 0, ds - 1])
         self.next_reg += 1
         view = self._any_view(s.proc, whole=mostly(rnd, 0.4))
@@ -203,7 +203,7 @@ class Generator:
             key = Key(junk=b"")
         elif source == "junk":
             key = rnd.choice([Key(reg=rnd.choice(seen), cut=1), Key(reg=rnd.choice(seen), cut=-1), Key(junk=b""),
-                              Key(junk=b"\xff" * m.desc_size)])
+                              Key(junk=b"\xff" * m.traits.desc_size)])
         else:
             key = Key(reg=rnd.choice(seen))
         return Deregister(s.id, kind, key)
@@ -277,7 +277,7 @@ class Generator:
         elif seen and choice < 0.99:  # another connection's, our own, or stale (R2, R3)
             desc = Key(reg=rnd.choice(seen))
         else:
-            ds = m.desc_size
+            ds = m.traits.desc_size
             desc = Key(junk=rnd.choice([b"", b"\0" * 4, b"\x01" * (ds + 1), b"\x01" * (ds - 1)]))
         if mostly(rnd, 0.97) or self._clean(s):
             entries = self._entries(s, count, local_need, budget=win.view[3] if win else None, large=not write)

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 from ..contract import VALID_ACCESS, Status
 from . import alternatives as alt
-from .state import Expect, KeyValue, MReg, MSock
+from .state import Expect, KeyValue, MReg, MSock, Traits
 from .steps import Close, Deregister, Key, Plan, Reconnect, Register, Scribble, Step, Transfer, initial_bytes, pattern
 from .transfers import TransferModel
 
 
 class Model(TransferModel):
-    """One sequence's expectations, on a backend whose documented alternatives are ``alts``."""
+    """One sequence's expectations, on a backend with ``traits``."""
 
-    def __init__(self, plan: Plan, alts: frozenset[str], desc_size: int, *, sends_wait: bool = True,
-                 no_read: frozenset[int] = frozenset(), reference_order: bool = False) -> None:
-        super().__init__(alts, desc_size, sends_wait=sends_wait, no_read=no_read, reference_order=reference_order)
+    def __init__(self, plan: Plan, traits: Traits) -> None:
+        super().__init__(traits)
         self.plan = plan
         self.data = {(p, b): bytearray(initial_bytes(p, b)) for p in range(len(plan.nodes)) for b in range(2)}
         self.slots: list[tuple[MSock, MSock]] = [self._connect(i, (2 * i, 2 * i + 1)) for i in range(len(plan.slots))]
@@ -97,7 +96,7 @@ class Model(TransferModel):
             faults.append("buffer.mapped")
         if step.access not in VALID_ACCESS:
             faults.append("access")
-        if step.kind == "rdma" and step.size is not None and step.size < self.desc_size:
+        if step.kind == "rdma" and step.size is not None and step.size < self.traits.desc_size:
             faults.append("descriptor_size.small")  # the descriptor-size probe (R14)
         if faults:
             ex.raises = self._refusal("register_memory" if step.kind == "memory" else "register_rdma_memory", faults)

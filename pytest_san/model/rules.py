@@ -88,7 +88,7 @@ def _before(model: Model, steps: Sequence[Step], keys: Mapping[int, KeyValue]) -
         if step.reg in keys:  # what the backend returned: a range registered again may get a key of its own (R13)
             model.bind(step, keys[step.reg])
         elif exp.fresh is not None:
-            model.bind(step, _stand_in(step, model.desc_size))
+            model.bind(step, _stand_in(step, model.traits.desc_size))
     return model
 
 
@@ -226,7 +226,7 @@ def _register_faults(step: Register, model: Model) -> list[str]:
         faults.append("buffer.mapped")
     if step.access not in VALID_ACCESS:
         faults.append("access")
-    if step.kind == "rdma" and step.size is not None and step.size < model.desc_size:
+    if step.kind == "rdma" and step.size is not None and step.size < model.traits.desc_size:
         faults.append("descriptor_size.small")
     return faults
 
@@ -239,7 +239,7 @@ def _transfer_call_faults(step: Transfer, model: Model) -> list[str]:
     if any(view[0] != s.proc for view, _ in step.entries):
         faults.append("entry.owner")
     desc = model.value(step.desc) if step.desc is not None else None
-    if step.kind.startswith("rdma") and isinstance(desc, bytes) and len(desc) != model.desc_size:
+    if step.kind.startswith("rdma") and isinstance(desc, bytes) and len(desc) != model.traits.desc_size:
         faults.append("descriptor")
     return faults
 

@@ -28,6 +28,7 @@ from .reference import Model
 from .regressions import REGRESSIONS, Regression
 from .rules import ANSWERS, broken_rules
 from .shrink import shrink
+from .state import Traits
 from .steps import Plan, Step
 from .world import ProbeRefused, World
 
@@ -96,30 +97,30 @@ class ModelRun:
         caps = [frozenset(capabilities[n.name]) if capabilities is not None else frozenset(backend.capabilities)
                 for n in self.world.nodes]
         common = frozenset.intersection(*caps)
-        self.alts = active(common)
-        self.full = budget.checks == "all" or (budget.checks == "auto" and backend.name == "emulator")
+        self.traits = Traits(alts=active(common), sends_wait="send_waits" in common,
+                             no_read=frozenset(i for i, c in enumerate(caps) if "rdma_read" not in c),
+                             reference_order=REFERENCE_ORDER in common)
+        # In-process nodes (capability "emulator"): every call is cheap, so everything is checked after every step,
+        # and a completion comes inside its call, so a long wait for one would only delay the report.
+        self.in_process = "emulator" in common
+        self.full = budget.checks == "all" or (budget.checks == "auto" and self.in_process)
         self.slow = "verbs" in common
-        self.sends_wait = "send_waits" in common
-        self.no_read = frozenset(i for i, c in enumerate(caps) if "rdma_read" not in c)
-        self.reference_order = REFERENCE_ORDER in common  # every node's provider answers in the reference order
         self.reference = reference
         if budget.differential and reference is None:
             from ..emulator import EmulatorBackend  # the in-process emulator, unwrapped
             self.reference = EmulatorBackend
-        self.names = [backend.name] + (["reference emulator" if backend.name == "emulator" else "emulator"]
+        self.names = [backend.name] + (["reference emulator" if self.in_process else "emulator"]
                                        if budget.differential else [])
         self.summary = Summary(backend.name, self.seed, budget.differential)
         self.under_test: Side | None = None  # the backend's side of the last sequence or replay started
 
     def _sides(self) -> list[Side]:
-        # The emulator completes inside the call: waiting long for it would only delay the report.
-        wait = 2.0 if self.backend.name == "emulator" else 30.0
-        sides = [Side(self.names[0], self.world, self.alts, full=self.full, timeout=wait, sends_wait=self.sends_wait,
-                      no_read=self.no_read, reference_order=self.reference_order)]
+        sides = [Side(self.names[0], self.world, self.traits, full=self.full, timeout=2.0 if self.in_process else 30.0)]
         if self.reference is not None:
             ref = World(self.reference(len(self.world.nodes)), self.world.plan)
-            sides.append(Side(self.names[1], ref, frozenset(), full=True, timeout=2.0, sends_wait=self.sends_wait,
-                              reference_order=REFERENCE_ORDER in ref.backend.capabilities))
+            traits = Traits(sends_wait=self.traits.sends_wait,
+                            reference_order=REFERENCE_ORDER in ref.backend.capabilities)
+            sides.append(Side(self.names[1], ref, traits, full=True, timeout=2.0))
         return sides
 
     def run(self) -> Summary:
@@ -273,11 +274,10 @@ class ModelRun:
         """The rules the divergence breaks (rules.py), judged with the keys the backend returned last."""
         model = self.under_test.model if self.under_test is not None else None
         keys = dict(model.keys) if model is not None else {}
-        desc_size = model.desc_size if model is not None else 0
+        traits = model.traits if model is not None else self.traits
 
         def fresh() -> Model:
-            made = Model(self.world.plan, self.alts, desc_size, sends_wait=self.sends_wait, no_read=self.no_read,
-                         reference_order=self.reference_order)
+            made = Model(self.world.plan, traits)
             made.refused_at_call = dict(model.refused_at_call) if model is not None else {}  # as the backend did
             return made
 
@@ -317,7 +317,7 @@ class ModelRun:
             kind = "differential" if side == "both" else "model"
             replays = self.budget.shrink_replays
             if replays is None:
-                replays = 200 if self.backend.name == "emulator" and not self.budget.differential else 60
+                replays = 200 if self.in_process and not self.budget.differential else 60
             shrunk = shrink(steps, same, budget=replays, until=until)
             again: list[list[Seen]] = []
             got = self._replay(shrunk, again)

@@ -13,6 +13,24 @@ KeyValue = Hashable
 one backend returned it."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Traits:
+    """What the model expects of a backend besides the steps, computed once for each side of a run:
+
+    - ``alts``: the documented alternatives it may take (alternatives.py);
+    - ``desc_size``: the descriptor size its ``descriptor_size`` probe said (0 until a sequence has probed);
+    - ``sends_wait``: capability ``send_waits`` (False on iWARP: a send no receive waits for ends the connection);
+    - ``no_read``: the nodes (indices of the plan) whose provider lacks RdmaRead;
+    - ``reference_order``: every node answers a call with several faults in the reference order.
+    """
+
+    alts: frozenset[str] = frozenset()
+    desc_size: int = 0
+    sends_wait: bool = True
+    no_read: frozenset[int] = frozenset()
+    reference_order: bool = False
+
+
 def not_a_key(kind: str, value: object, desc_size: int) -> str:
     """Why ``value``, returned by a register call of ``kind``, is no key ("" when it is one): a handle is any
     hashable value but None (CONTRACT.md section 2), a descriptor bytes of the size the probe said."""

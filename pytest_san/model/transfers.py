@@ -5,7 +5,7 @@ emulator follows: a handle is checked like an lkey in its socket's table, a desc
 of the peer's socket, an error completion moves the connection to error and flushes its pending
 operations (ABORTED). A send waits for the peer's receive and reads its source when it is delivered,
 as an RC QP re-reads it on RNR retry. Where a backend takes a documented alternative
-(alternatives.py), ``self.alts`` holds its id."""
+(alternatives.py), ``self.traits.alts`` holds its id."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import copy
 from .. import checks
 from ..contract import MAX_SGE, Access, SanError, Status
 from . import alternatives as alt
-from .state import Expect, KeyValue, MOp, MReg, MSock
+from .state import Expect, KeyValue, MOp, MReg, MSock, Traits
 from .steps import Transfer, View
 
 R, W = int(Access.READ), int(Access.WRITE)
@@ -26,13 +26,8 @@ BAD_ENTRY_CODES = frozenset({"WSAEFAULT", "WSAEINVAL"})
 class TransferModel:
     """The state every part of the model shares, the transfer rules, and what completes and breaks."""
 
-    def __init__(self, alts: frozenset[str], desc_size: int, *, sends_wait: bool = True,
-                 no_read: frozenset[int] = frozenset(), reference_order: bool = False) -> None:
-        self.alts = alts
-        self.desc_size = desc_size
-        self.sends_wait = sends_wait  # False: the backend lacks send_waits (iWARP), see transfer()
-        self.no_read = no_read  # the nodes whose provider lacks RdmaRead (optional: WSAEOPNOTSUPP)
-        self.reference_order = reference_order  # the backend declares it: one answer to a call with several faults
+    def __init__(self, traits: Traits) -> None:
+        self.traits = traits
         self.data: dict[tuple[int, int], bytearray] = {}
         self.socks: dict[int, MSock] = {}
         self.keys: dict[int, KeyValue] = {}  # register step id -> the key it returned
@@ -85,12 +80,12 @@ class TransferModel:
     # -- helpers -------------------------------------------------------------------------------
 
     def _on(self, name: str) -> bool:
-        return name in self.alts
+        return name in self.traits.alts
 
     def _refusal(self, call: str, faults: list[str]) -> frozenset[str]:
         """The codes a call with ``faults`` (pytest_san.checks' ids) may raise: any of theirs (the contract), or
         the first one's in the reference order where the backend follows it."""
-        if self.reference_order:
+        if self.traits.reference_order:
             return frozenset({checks.answer(call, checks.first(call, faults))})
         return frozenset(checks.answer(call, fault) for fault in faults)
 
@@ -216,28 +211,28 @@ class TransferModel:
             faults.append("connected")
         if len(pairs) > MAX_SGE:
             faults.append("list.count")
-        if rdma and len(desc) != self.desc_size:
+        if rdma and len(desc) != self.traits.desc_size:
             faults.append("descriptor")
         if s.state != "closed" and any(v[0] != s.proc for v in views):  # R5: another process's memory
             faults.append("entry.owner")
-        if step.kind == "rdma_read" and s.node in self.no_read:  # optional (section 2): refused, whatever else
+        if step.kind == "rdma_read" and s.node in self.traits.no_read:  # optional (section 2): refused, whatever else
             faults.append("read")
         # A read into several buffers where the device may take one (rdma-read-one-buffer): one more fault where
         # the call has others (a provider outside the reference order may answer any of them), the answer of a
         # provider that follows the reference order, else a refusal the call may make instead (below).
         many = step.kind == "rdma_read" and self._on(alt.READ_ONE_BUFFER) and sum(1 for v in views if v[3]) > 1
-        if many and "read" not in faults and (self.reference_order or set(faults) - {"list.count"}):
+        if many and "read" not in faults and (self.traits.reference_order or set(faults) - {"list.count"}):
             if not faults:
                 ex.alternatives.add(alt.READ_ONE_BUFFER)
             faults.append("device")
-        if faults == ["list.count"] and not self.reference_order:
+        if faults == ["list.count"] and not self.traits.reference_order:
             # How many entries a provider takes is its own (section 4): only the reference order fixes MAX_SGE.
             ex.skip = f"more than {MAX_SGE} entries, which a provider outside the reference order may take"
             return
         if faults:
             ex.raises = self._refusal(step.kind, faults)
             return
-        if step.kind == "send" and not self.sends_wait and s.peer.state == "connected" and not s.peer.recvs:
+        if step.kind == "send" and not self.traits.sends_wait and s.peer.state == "connected" and not s.peer.recvs:
             # Without send_waits (iWARP: no receiver-not-ready flow control) such a send ends the connection,
             # racing the next step; a WSD switch never sends without a credit for a posted receive. Both
             # sides of a differential run skip it (the sequence goes on without it).

@@ -12,6 +12,7 @@ import pytest
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.model import alternatives
 from pytest_san.model.run import Budget, ModelRun
+from pytest_san.model.state import Traits
 
 MODEL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 MODEL = Path(alternatives.__file__).parent
@@ -100,7 +101,7 @@ def test_a_send_that_gives_up_waiting_breaks_only_its_end() -> None:
     from pytest_san.model.reference import Model
     from pytest_san.model.steps import Key, Register, Transfer, plan_for
 
-    model = Model(plan_for(2), alternatives.active({"verbs"}), 20)
+    model = Model(plan_for(2), Traits(alts=alternatives.active({"verbs"}), desc_size=20))
     model.apply(Register(0, "memory", (0, 0, 0, 64), 3, reg=1))
     model.bind(Register(0, "memory", (0, 0, 0, 64), 3, reg=1), 0x1234)
     assert model.apply(Transfer(0, "send", (((0, 0, 0, 8), Key(reg=1)),), op=1)).returns == "op"
@@ -121,7 +122,7 @@ def test_closing_the_peer_of_a_waiting_send_allows_that_it_gave_up_first() -> No
     from pytest_san.model.steps import Close, Key, Register, Transfer, plan_for
 
     def waiting_send_and_recv(alts: frozenset[str]) -> Model:
-        model = Model(plan_for(2), alts, 20)
+        model = Model(plan_for(2), Traits(alts=alts, desc_size=20))
         reg = Register(0, "memory", (0, 0, 0, 64), 3, reg=1)
         model.apply(reg)
         model.bind(reg, 0x1234)
@@ -183,7 +184,7 @@ def test_a_waiting_send_the_step_delivered_did_not_give_up() -> None:
     model = _model(alts)
     model.apply(Transfer(0, "send", (((0, 0, 0, 8), Key(reg=1)),), op=3))
     assert model.waiting_sends() == [(0, 3)]
-    side = Side("hil", None, alts, full=False)  # type: ignore[arg-type]  # no backend: nothing is called
+    side = Side("hil", None, Traits(alts=alts), full=False)  # type: ignore[arg-type]  # no backend: nothing is called
     side.posted = {3: time.monotonic() - 10}
     verdicts = {}
     for name, completion in (("pending", None), ("delivered", Completion(Status.SUCCESS, 8)),
@@ -197,7 +198,7 @@ def _model(alts: frozenset[str], *, sends_wait: bool = True) -> Any:
     from pytest_san.model.reference import Model
     from pytest_san.model.steps import Register, plan_for
 
-    model = Model(plan_for(2), alts, 20, sends_wait=sends_wait)
+    model = Model(plan_for(2), Traits(alts=alts, desc_size=20, sends_wait=sends_wait))
     for sock, proc, handle in ((0, 0, 0x1234), (1, 2, 0x5678)):  # slot 0 joins processes 0 and 2
         reg = Register(sock, "memory", (proc, 0, 0, 64), 3, reg=sock + 1)
         model.apply(reg)
@@ -278,7 +279,7 @@ def test_more_entries_than_max_sge_are_expected_refused_only_in_the_reference_or
     from pytest_san.model.steps import Key, Register, Transfer, plan_for
 
     def five_entries(reference_order: bool, owner: int = 0) -> Any:
-        model = Model(plan_for(2), frozenset(), 20, reference_order=reference_order)
+        model = Model(plan_for(2), Traits(desc_size=20, reference_order=reference_order))
         reg = Register(0, "memory", (0, 0, 0, 64), 3, reg=1)
         model.apply(reg)
         model.bind(reg, 0x1234)

@@ -19,6 +19,7 @@ from pytest_san import SanError, WsaError
 from pytest_san.checks import REFERENCE_ORDER
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.model.run import Budget, ModelRun
+from pytest_san.model.state import Traits
 from pytest_san.model.steps import Reconnect, Register
 
 CONFTEST = '''
@@ -98,9 +99,9 @@ def test_the_model_expects_one_answer_of_a_backend_that_follows_the_order() -> N
     from pytest_san.model.steps import Key, Transfer, plan_for
 
     bad = Register(0, "rdma", (0, 0, 0, 8), 4, reg=1, size=4)  # invalid access flags, a too-small descriptor_size
-    assert Model(plan_for(3), frozenset(), 20).apply(bad).raises == {"WSAEINVAL", "WSAEFAULT"}
-    assert Model(plan_for(3), frozenset(), 20, reference_order=True).apply(bad).raises == {"WSAEINVAL"}
+    assert Model(plan_for(3), Traits(desc_size=20)).apply(bad).raises == {"WSAEINVAL", "WSAEFAULT"}
+    assert Model(plan_for(3), Traits(desc_size=20, reference_order=True)).apply(bad).raises == {"WSAEINVAL"}
     # Another process's entry and a malformed descriptor: whose the entry is, first.
     write = Transfer(0, "rdma_write", (((2, 0, 0, 8), Key(junk=1)),), op=1, desc=Key(junk=b"\0" * 4))
-    assert Model(plan_for(3), frozenset(), 20).apply(write).raises == {"WSAEINVAL", "WSAEFAULT"}
-    assert Model(plan_for(3), frozenset(), 20, reference_order=True).apply(write).raises == {"WSAEFAULT"}
+    assert Model(plan_for(3), Traits(desc_size=20)).apply(write).raises == {"WSAEINVAL", "WSAEFAULT"}
+    assert Model(plan_for(3), Traits(desc_size=20, reference_order=True)).apply(write).raises == {"WSAEFAULT"}

@@ -21,6 +21,7 @@ from pytest_san.model.generate import Generator
 from pytest_san.model.regressions import REGRESSIONS
 from pytest_san.model.run import Budget, ModelRun
 from pytest_san.model.shrink import shrink
+from pytest_san.model.state import Traits
 from pytest_san.model.steps import Namer, Register, Transfer
 from pytest_san.model.world import World
 from tests.pytest_san.test_stateful import BROKEN
@@ -40,8 +41,8 @@ def test_model_passes_on_the_emulator(nodes: int) -> None:
 
 def _run_sequences(backend: EmulatorBackend, seed: int, sequences: int, steps: int) -> collections.Counter[str]:
     """What the steps of a run's sequences were answered, counted (e.g. "rdma_write SUCCESS")."""
-    side = Side("emulator", World(backend), frozenset(), full=True,
-                reference_order=REFERENCE_ORDER in backend.capabilities)
+    side = Side("emulator", World(backend), Traits(reference_order=REFERENCE_ORDER in backend.capabilities),
+                full=True)
     seen: collections.Counter[str] = collections.Counter()
     for k in range(sequences):
         gen = Generator(side.start(), random.Random(f"{seed}/{k}"))
@@ -70,7 +71,7 @@ def test_sequences_get_far() -> None:
 
 def test_a_seed_replays_the_same_steps() -> None:
     def steps(seed: int) -> list[str]:
-        side = Side("emulator", World(EmulatorBackend()), frozenset(), full=True)
+        side = Side("emulator", World(EmulatorBackend()), Traits(), full=True)
         gen = Generator(side.start(), random.Random(f"{seed}/3"))
         made = []
         for _ in range(30):

@@ -20,6 +20,7 @@ from pytest_san.emulator import EmulatorBackend
 from pytest_san.model import alternatives
 from pytest_san.model.reference import Model
 from pytest_san.model.run import Budget, ModelRun, Summary
+from pytest_san.model.state import Traits
 from pytest_san.model.steps import Key, Register, Transfer, plan_for
 from pytest_san.mutants.wrapping import DelegatingProvider, Shared, entries
 from pytest_san.protocols import Buffer, Node
@@ -40,7 +41,7 @@ def _model(alts: frozenset[str] = EVERY, *, reference_order: bool = False) -> Mo
     """Slot 0 (sockets 0 and 1: processes 0 and 2): handle#1 READWRITE over p0/b0[0:64], handle#2 READ over
     p0/b1[0:40], handle#3 over p2/b0 on socket 1, descriptor#4 READWRITE over p2/b1 on socket 1; socket 1 has
     a receive pending (op 9)."""
-    model = Model(plan_for(2), alts, 20, reference_order=reference_order)
+    model = Model(plan_for(2), Traits(alts=alts, desc_size=20, reference_order=reference_order))
     for step, key in ((Register(0, "memory", (0, 0, 0, 64), 3, reg=1), 0x11),
                       (Register(0, "memory", (0, 1, 0, 40), int(Access.READ), reg=2), 0x12),
                       (Register(1, "memory", (2, 0, 0, 64), 3, reg=3), 0x21),
@@ -287,7 +288,7 @@ def test_the_rules_of_a_divergence_follow_the_refusals_the_backend_made() -> Non
 
     def fresh(refused: dict[int, str]) -> Callable[[], Model]:
         def made() -> Model:
-            model = Model(plan_for(2), EVERY, 20)
+            model = Model(plan_for(2), Traits(alts=EVERY, desc_size=20))
             model.refused_at_call = dict(refused)
             return model
         return made

@@ -31,6 +31,7 @@ from pytest_san.model.alternatives import active
 from pytest_san.model.divergence import answer, expected
 from pytest_san.model.execute import Seen, Side
 from pytest_san.model.generate import Generator
+from pytest_san.model.state import Traits
 from pytest_san.model.steps import Namer, Step
 from pytest_san.model.world import World
 
@@ -47,7 +48,7 @@ class SanMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         backend = type(self).make_backend()
-        self.side = Side("emulator", World(backend), active(backend.capabilities), full=True)
+        self.side = Side("emulator", World(backend), Traits(alts=active(backend.capabilities)), full=True)
         self.gen = Generator(self.side.start(), random.Random(0))
         self.steps: list[Step] = []
         self.failed = False  # a step failed: teardown must not hide that failure behind its own

@@ -17,6 +17,7 @@ from pytest_san.contract import Access
 from pytest_san.model.execute import Problem
 from pytest_san.model.reference import Model
 from pytest_san.model.rules import MODEL_RULES, broken_rules
+from pytest_san.model.state import Traits
 from pytest_san.model.steps import Close, Deregister, Key, Register, Step, Transfer, plan_for
 
 R, W, RW = int(Access.READ), int(Access.WRITE), int(Access.READWRITE)
@@ -117,7 +118,7 @@ PLAN = plan_for(2)  # slot 0: s0 (p0, node 0) - s1 (p2, node 1)
 
 def _rules(problem: Problem, steps: list[Step], index: int | None = None) -> tuple[str, ...]:
     return broken_rules(problem, steps, len(steps) - 1 if index is None else index,
-                        lambda: Model(PLAN, frozenset(), 20))
+                        lambda: Model(PLAN, Traits(desc_size=20)))
 
 
 def _went_through(op: int, nbytes: int, expected: str) -> Problem:
