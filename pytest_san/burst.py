@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from . import checks
 from .contract import Completion, SanError, Status, WsaError
@@ -75,8 +75,9 @@ def runs_bursts(provider: object) -> bool:
 def _burst(provider: Provider, kind: str, socket: Socket, local_buffers: LocalBuffers, descriptor: Descriptor,
            offset: int, count: int, depth: int) -> PendingOperation:
     if runs_bursts(provider):  # the provider's own, e.g. next to the NIC
-        own = provider.rdma_write_burst if kind == "rdma_write" else provider.rdma_read_burst  # type: ignore[attr-defined]
-        return own(socket, local_buffers, descriptor, offset, count, depth)  # type: ignore[no-any-return]
+        bursts = cast(BurstProvider, provider)
+        own = bursts.rdma_write_burst if kind == "rdma_write" else bursts.rdma_read_burst
+        return own(socket, local_buffers, descriptor, offset, count, depth)
     return WindowedBurst(provider, kind, socket, local_buffers, descriptor, offset, count, depth)
 
 

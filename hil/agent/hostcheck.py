@@ -49,7 +49,7 @@ def devices() -> list[dict[str, Any]]:
 
 def netdevs() -> tuple[list[dict[str, Any]], str]:
     try:
-        from pyroute2 import IPRoute  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        from pyroute2 import IPRoute
     except ImportError:
         return _netdevs_ip(), "ip -j"
     with IPRoute() as ipr:
@@ -85,7 +85,7 @@ def create_rxe(name: str, netdev: str) -> list[str]:
 
 def pyverbs_status() -> str:
     try:
-        import pyverbs.device  # type: ignore[import-not-found]  # noqa: F401
+        import pyverbs.device  # noqa: F401
     except ImportError as exc:
         return f"missing ({exc}); install python3-pyverbs"
     return "ok"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hil.controller.client import AgentClient, Outcome
 from hil.controller.connecting import connect_many
@@ -271,15 +271,17 @@ class HilBackend:
         [(ok, value)] = self.connect_many([(a, b)])
         if not ok:
             raise value
-        return value  # type: ignore[no-any-return]
+        return cast("tuple[RemoteSocket, RemoteSocket]", value)
 
     def connect_many(self, pairs: Sequence[tuple[Process, Process]]) -> list[Outcome]:
         """A connected socket pair for each (a, b), each its own outcome, in two round trips at most: every
         host's listens in one write, then every host's connects (hil/controller/connecting.py)."""
+        remote: list[tuple[RemoteProcess, RemoteProcess]] = []
         for a, b in pairs:
             if not isinstance(a, RemoteProcess) or not isinstance(b, RemoteProcess):
                 raise TypeError(f"connect_sockets takes processes of this backend, got {a!r} and {b!r}")
-        return connect_many(self.agent_of, pairs)  # type: ignore[arg-type]
+            remote.append((a, b))
+        return connect_many(self.agent_of, remote)
 
     def make_together(self, calls: Sequence[BatchCall]) -> list[Outcome]:
         """A batch's calls made together, one round trip per host (pytest_san.batch.Batching); a batch of

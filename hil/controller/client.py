@@ -178,8 +178,9 @@ class AgentClient:
             raise self._out_of_step(f"waiting for {what}, the agent sent {shown}: protocol out of step")
         return reply
 
-    def send(self, obj: int, method: str, args: Sequence[Encoded]) -> int:
-        """Write one request without waiting for its reply: its request id (``collect`` reads the reply)."""
+    def send(self, obj: Encoded, method: str, args: Sequence[Encoded]) -> int:
+        """Write one request without waiting for its reply: its request id (``collect`` reads the reply). ``obj``:
+        the object's id, or (in a batch) a reference to an earlier request's result."""
         if self.dead:
             raise AgentError(f"{self.where}: agent is gone ({self.dead})")
         rid = next(self._ids)

@@ -80,7 +80,7 @@ def _buffer_like(value: object) -> tuple[RemoteProcess, object, object] | None:
     if isinstance(value, RemoteBuffer):
         return value.process, value.address, value.length
     try:
-        process, address, length = value.process, value.address, value.length  # type: ignore[attr-defined]
+        process, address, length = value.process, value.address, value.length  # type: ignore[attr-defined]  # any object: duck typed
     except Exception:  # not buffer-like: an object the agent knows nothing of
         return None
     return (process, address, length) if isinstance(process, RemoteProcess) else None
@@ -142,7 +142,7 @@ class Session:
     def send_one(self, obj: Encoded, method: str, args: list[Encoded]) -> int:
         """Write one request (after what is queued) without waiting: its request id (``collect`` reads it)."""
         self._send_queued()
-        rid = self.client.send(obj, method, args)  # type: ignore[arg-type]
+        rid = self.client.send(obj, method, args)
         self._sent.append(None)
         return rid
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hil.controller.client import Outcome
 from hil.controller.remote import (
@@ -259,8 +259,7 @@ def _wave(indices: list[int], planned: list[_Planned], outcomes: list[Outcome | 
     sessions: dict[int, tuple[Session, list[tuple[int, Request]]]] = {}
     for index in indices:
         call = planned[index]
-        failed = next((outcomes[i] for i in sorted(named(list(call.args)) | named(call.target))
-                       if outcomes[i] is not None and not outcomes[i][0]), None)  # type: ignore[index]
+        failed = _failed_earlier(call, outcomes)
         if failed is not None:  # it names a call that failed: not made, the same failure
             outcomes[index] = failed
             continue
@@ -287,8 +286,7 @@ def _wave(indices: list[int], planned: list[_Planned], outcomes: list[Outcome | 
         for index, request in requests:
             call = planned[index]
             reply = None if request.known is not None else next(replies)
-            failed = next((outcomes[i] for i in sorted(named(list(call.args)) | named(call.target))
-                           if outcomes[i] is not None and not outcomes[i][0]), None)  # type: ignore[index]
+            failed = _failed_earlier(call, outcomes)
             if failed is not None:  # it named a call of this write that failed: the same failure, as alone
                 outcomes[index] = failed
             elif request.known is not None:
@@ -298,6 +296,15 @@ def _wave(indices: list[int], planned: list[_Planned], outcomes: list[Outcome | 
                 outcomes[index] = call.way.convert(session, _resolved(call.target, outcomes), call.args, reply)
     if failure is not None:
         raise failure
+
+
+def _failed_earlier(call: _Planned, outcomes: list[Outcome | None]) -> Outcome | None:
+    """The outcome of the first call ``call`` names that failed, or None."""
+    for index in sorted(named(list(call.args)) | named(call.target)):
+        outcome = outcomes[index]
+        if outcome is not None and not outcome[0]:
+            return outcome
+    return None
 
 
 def _this_wave(value: object, call: _Planned, planned: list[_Planned]) -> bool:
@@ -320,7 +327,7 @@ def _encode(session: Session, request: Request, planned: list[_Planned],
             if outcomes[value.index] is None and source.rid is not None:
                 return {"$r": source.rid}
             return session.codec.encode(_resolved(value, outcomes))
-        return [encode(v) for v in value]  # type: ignore[attr-defined]
+        return [encode(v) for v in cast("list[object] | tuple[object, ...]", value)]  # named: a list or tuple
 
     obj = request.obj
     if isinstance(obj, Ref):

@@ -104,4 +104,5 @@ def _override(config: pytest.Config, host: HostConfig) -> HostConfig:
         if isinstance(value, str) and not value.strip():
             raise pytest.UsageError(f"--{option.replace('_', '-')}: expected a device name")
         changes[field] = value
+    # The changes are HostConfig's own fields, each checked above (mypy cannot type a **dict of several types).
     return dataclasses.replace(host, **changes) if changes else host  # type: ignore[arg-type]

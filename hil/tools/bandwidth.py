@@ -227,9 +227,9 @@ def plot_bandwidth(series: Series, path: Path) -> bool:
     False, and no file, when matplotlib is not installed (``pip install 'pytest-san[nightly]'``).
     """
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # type: ignore[import-not-found,unused-ignore]
-        from matplotlib.figure import Figure  # type: ignore[import-not-found,unused-ignore]
-        from matplotlib.ticker import FuncFormatter  # type: ignore[import-not-found,unused-ignore]
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter
     except ImportError:
         return False
     names = list(series) or ["(no host set)"]

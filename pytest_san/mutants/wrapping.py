@@ -11,12 +11,23 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from ..contract import PAGE_SIZE, Access, CacheType, Completion, DeviceDescription, SanError
-from ..protocols import Buffer, Descriptor, Handle, LocalBuffers, Node, PendingOperation, Provider, Proxy, Socket
+from ..protocols import (
+    Buffer,
+    Descriptor,
+    Handle,
+    LocalBuffers,
+    Node,
+    PendingOperation,
+    Process,
+    Provider,
+    Proxy,
+    Socket,
+)
 
 
 @dataclasses.dataclass
@@ -269,10 +280,10 @@ def entries(local_buffers: object) -> Iterator[tuple[Buffer, Handle]]:
 
 def inside(buffer: object, reg: Registered) -> bool:
     """Whether ``buffer`` lies wholly inside the registration (an integer range, same process)."""
-    try:
-        address, length, process = buffer.address, buffer.length, buffer.process  # type: ignore[attr-defined]
-    except AttributeError:
+    found = _fields(buffer)
+    if found is None:
         return False
+    address, length, process = found
     if type(address) is not int or type(length) is not int or length < 0:
         return False
     base, size = reg.buffer.address, reg.buffer.length
@@ -284,14 +295,22 @@ def is_access(value: object, flag: Access) -> bool:
     return type(value) in (int, Access) and value == flag
 
 
-def _range(buffer: object) -> tuple[int, int, Any] | None:
+def _fields(buffer: object) -> tuple[object, object, object] | None:
+    """A buffer's address, length and process as it answers them, or None when it lacks one."""
     try:
-        address, length, process = buffer.address, buffer.length, buffer.process  # type: ignore[attr-defined]
+        return buffer.address, buffer.length, buffer.process  # type: ignore[attr-defined]  # any object: duck typed
     except AttributeError:
         return None
+
+
+def _range(buffer: object) -> tuple[int, int, Process] | None:
+    found = _fields(buffer)
+    if found is None:
+        return None
+    address, length, process = found
     if type(address) is not int or type(length) is not int or length <= 0:
         return None
-    return address, length, process
+    return address, length, cast(Process, process)
 
 
 def widened(buffer: Buffer, before: int, after: int) -> Buffer:
@@ -301,7 +320,7 @@ def widened(buffer: Buffer, before: int, after: int) -> Buffer:
     if found is None:
         return buffer
     address, length, process = found
-    return process.buffer_at(address - before, length + before + after)  # type: ignore[no-any-return]
+    return process.buffer_at(address - before, length + before + after)
 
 
 def page_rounded(buffer: Buffer) -> tuple[Buffer, int]:

@@ -16,7 +16,7 @@ model out of the suite: its tests are deselected.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import pytest
 
@@ -40,6 +40,8 @@ FIXTURE = "san_model"
 SUITE_MODEL_KEY = pytest.StashKey["ModelResult"]()
 """The suite's model run, once it ran (pytest-html shows each rule's test its divergences)."""
 
+T = TypeVar("T")
+
 
 def declared_budget(backend: Backend) -> ModelBudget:
     """What ``backend`` declares for the suite's model (``model_budget()``), else ``SUITE_BUDGET``."""
@@ -57,14 +59,14 @@ def model_budget(config: pytest.Config, default: ModelBudget, seed: int | None) 
     """The options where given, else ``default`` (and ``seed``)."""
     from ..model import Budget  # imported late: loading the plugin stays cheap
 
-    def option(name: str, fallback: object) -> object:
-        value = config.getoption(name)
-        return fallback if value is None else value
+    def option(name: str, fallback: T) -> T:
+        value = config.getoption(name)  # argparse gave it the type of its default (options.py)
+        return fallback if value is None else cast(T, value)
 
     given_seed = config.getoption("san_model_seed")
-    return Budget(sequences=int(option("san_model_sequences", default.sequences)),  # type: ignore[call-overload]
-                  steps=int(option("san_model_steps", default.steps)),  # type: ignore[call-overload]
-                  deadline=option("san_model_deadline", default.deadline),  # type: ignore[arg-type]
+    return Budget(sequences=int(option("san_model_sequences", default.sequences)),
+                  steps=int(option("san_model_steps", default.steps)),
+                  deadline=option("san_model_deadline", default.deadline),
                   seed=seed if given_seed is None else int(given_seed),
                   differential=bool(config.getoption("san_model_differential")),
                   checks=str(config.getoption("san_model_checks")))

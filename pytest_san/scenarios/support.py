@@ -17,6 +17,7 @@ from pytest_san import (
     Buffer,
     Completion,
     Handle,
+    PendingOperation,
     Process,
     Provider,
     Proxy,
@@ -131,13 +132,13 @@ def expect_error(code: WsaError, call: Callable[..., object], *args: Any) -> San
     return info.value
 
 
-def attempt(call: Callable[[], Any]) -> Outcome:
+def attempt(call: Callable[[], PendingOperation]) -> Outcome:
     """Run a provider call: a SanError, or the completion of the operation it started."""
     try:
         result = call()
     except SanError as exc:
         return exc
-    return result.wait(timeout=TIMEOUT)  # type: ignore[no-any-return]
+    return result.wait(timeout=TIMEOUT)
 
 
 def rejected(outcome: Outcome) -> bool:

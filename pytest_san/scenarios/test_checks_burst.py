@@ -49,6 +49,6 @@ def test_a_count_or_depth_that_is_no_integer_of_at_least_one_is_einval(raw_pair:
     handle = a.provider.register_memory(a.socket, local.inner, Access.READWRITE)
     target, desc = window(b, SIZE, Access.READWRITE)
     expect_error(WsaError.WSAEINVAL, lambda: BURSTS[kind](a.provider, a.socket, [(local.inner, handle)], desc,
-                                                         count=count, depth=depth))  # type: ignore[arg-type]
+                                                         count=count, depth=depth))  # type: ignore[arg-type]  # a bad count or depth on purpose
     assert target.unchanged() and local.unchanged()
     a.provider.deregister_memory(a.socket, handle)  # nothing left in use

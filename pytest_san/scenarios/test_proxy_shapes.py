@@ -369,7 +369,7 @@ def test_a_refused_allocation_leaves_the_proxy_as_it_was(san_proxy: Proxy, bad: 
     """No size, a negative one or no int at all: refused (a SanError), and the proxy allocates as before."""
     before = san_proxy.live_allocations()
     with pytest.raises(SanError):
-        san_proxy.allocate(bad)  # type: ignore[arg-type]
+        san_proxy.allocate(bad)  # type: ignore[arg-type]  # a size that is no int, on purpose
     assert san_proxy.live_allocations() == before
     held = [san_proxy.allocate(nbytes) for nbytes in (1, P, 3 * P)]  # each refused call changed nothing
     free_all(san_proxy, held)

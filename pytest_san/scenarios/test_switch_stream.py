@@ -112,5 +112,5 @@ def test_recv_takes_a_byte_count_and_a_timeout_and_loses_nothing(san_switch: Swi
         ((1,), {"timeout": float("nan")}, (TypeError, ValueError))]
     for args, kwargs, error in bad:
         with pytest.raises(error):
-            conn.remote.recv(*args, **kwargs)  # type: ignore[arg-type]
+            conn.remote.recv(*args, **kwargs)  # type: ignore[arg-type]  # bad arguments on purpose
     assert conn.remote.recv(3, timeout=TIMEOUT) == b"abc"

@@ -62,7 +62,7 @@ def load(name: str | None) -> ctypes.CDLL:
     for call, (restype, argtypes) in types.items():
         fn = getattr(lib, call)  # AttributeError: this librdmacm has no rsockets
         fn.restype, fn.argtypes = restype, argtypes
-    lib.path = path  # type: ignore[attr-defined]
+    lib.path = path  # type: ignore[attr-defined]  # kept on the ctypes library for messages
     return lib
 
 
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = sys.stdout.buffer
     sys.stdout = sys.stderr
-    server = Server(None, out)  # type: ignore[arg-type]
+    server = Server(None, out)  # type: ignore[arg-type]  # no agent: the child answers its own lines
     try:
         lib = load(args.library)
     except (OSError, AttributeError) as exc:

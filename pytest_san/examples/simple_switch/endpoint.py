@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_san import SO_MAX_RDMA_SIZE, Access, Buffer, Handle, PendingOperation, Process, SanError, Status, WsaError
 from pytest_san.protocols import Socket
@@ -92,7 +92,7 @@ class SimpleEndpoint:
         """``message`` into send slot ``index``, and sent from there."""
         buffer = self.slot(self.send_region, index).view(0, len(message))
         buffer.write(message)
-        return self.call("send", [(buffer, self.handles[0])])  # type: ignore[no-any-return]
+        return cast(PendingOperation, self.call("send", [(buffer, self.handles[0])]))
 
     # -- the application's side
 

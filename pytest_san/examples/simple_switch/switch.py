@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from pytest_san import SO_RDMA_THRESHOLD_SIZE, Backend, Node, Process, SanError, WsaError
 from pytest_san.batch import batch
@@ -134,9 +134,9 @@ class SimpleSwitch:
             return nodes[min(default, len(nodes) - 1)].default_process
         # By their methods (reading one costs nothing; a property may be a round trip to a lab's agent).
         if callable(getattr(where, "spawn_process", None)):
-            return where.default_process  # type: ignore[attr-defined,no-any-return]
+            return cast(Node, where).default_process
         if callable(getattr(where, "alloc", None)) and callable(getattr(where, "buffer_at", None)):
-            return where  # type: ignore[return-value]
+            return cast(Process, where)
         raise TypeError(f"{name} must be a node, a process or None, got {where!r:.80}")
 
     def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,

@@ -77,7 +77,7 @@ def serve_fd(proc: object, fd: int, out: IO[bytes]) -> None:
         cm_fds = list(proc.cm_fds()) if hasattr(proc, "cm_fds") else []
         ready, _, _ = select.select([fd, *cm_fds], [], [])
         if any(r != fd for r in ready):
-            proc.pump()  # type: ignore[attr-defined]
+            proc.pump()  # type: ignore[attr-defined]  # only the verbs process pumps
         if fd not in ready:
             continue
         chunk = os.read(fd, 1 << 16)

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pyverbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam  # type: ignore[import-not-found]
-from pyverbs.qp import QPAttr  # type: ignore[import-not-found]
+from pyverbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam
+from pyverbs.qp import QPAttr
 
 from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.context import DeviceContext

@@ -11,8 +11,8 @@ import contextlib
 import os
 from typing import Any
 
-from pyverbs.cq import CQ  # type: ignore[import-not-found]
-from pyverbs.device import Context  # type: ignore[import-not-found]
+from pyverbs.cq import CQ
+from pyverbs.device import Context
 
 from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.devices import SYSFS, device_address

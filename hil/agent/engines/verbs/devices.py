@@ -44,7 +44,7 @@ def list_devices(sysfs: str = SYSFS) -> list[str]:
             return names
         raise NoRdmaDevice(f"no RDMA device: {sysfs} is empty")
     try:
-        from pyverbs.device import get_device_list  # type: ignore[import-not-found]
+        from pyverbs.device import get_device_list
     except ImportError:
         raise NoRdmaDevice(f"no RDMA device: {sysfs} is absent") from None
     try:

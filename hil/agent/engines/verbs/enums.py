@@ -9,14 +9,14 @@ here. Raises ImportError when pyverbs is not importable at all.
 from __future__ import annotations
 
 try:  # rdma-core >= 59
-    from pyverbs import libibverbs_enums as _e  # type: ignore[import-not-found,unused-ignore]
+    from pyverbs import libibverbs_enums as _e
 except ImportError:  # rdma-core 44 .. 58
-    from pyverbs import enums as _e  # type: ignore[import-not-found,no-redef,unused-ignore]
+    from pyverbs import enums as _e
 
 try:  # rdma-core >= 59
-    from pyverbs import librdmacm_enums as _ce  # type: ignore[import-not-found,unused-ignore]
+    from pyverbs import librdmacm_enums as _ce
 except ImportError:  # rdma-core 44 .. 58
-    from pyverbs import cm_enums as _ce  # type: ignore[import-not-found,no-redef,unused-ignore]
+    from pyverbs import cm_enums as _ce
 
 SOURCE = _e.__name__
 

@@ -12,8 +12,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from pyverbs.mr import MR  # type: ignore[import-not-found]
-from pyverbs.wr import SGE  # type: ignore[import-not-found]
+from pyverbs.mr import MR
+from pyverbs.wr import SGE
 
 from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.libc import PROT_NONE, libc, map_anonymous

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pyverbs.wr import SGE, RecvWR, SendWR  # type: ignore[import-not-found]
+from pyverbs.wr import SGE, RecvWR, SendWR
 
 from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.bursts import Burst

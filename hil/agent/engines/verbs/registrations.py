@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pyverbs.mr import MR, MW, MWBindInfo  # type: ignore[import-not-found]
-from pyverbs.wr import SendWR  # type: ignore[import-not-found]
+from pyverbs.mr import MR, MW, MWBindInfo
+from pyverbs.wr import SendWR
 
 from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.completions import Completions

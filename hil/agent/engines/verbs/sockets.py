@@ -14,8 +14,8 @@ import select
 import time
 from typing import Any
 
-from pyverbs.pd import PD  # type: ignore[import-not-found]
-from pyverbs.qp import QP, QPCap, QPInitAttr  # type: ignore[import-not-found]
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPCap, QPInitAttr
 
 from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.completions import Completions
