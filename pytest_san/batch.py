@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, cast, runtime_checkable
 
 from .contract import Completion
 from .protocols import PendingOperation, Process, Socket
@@ -74,8 +74,7 @@ def is_alive(process: Process) -> bool:
 
 # -- the batch
 
-@dataclasses.dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):
     """A call of a batch: ``fn(*args, **kwargs)``, where an argument may be an earlier call's ``Later.ref``."""
 
     fn: Callable[..., Any]
@@ -100,6 +99,8 @@ class _Unmade(Exception):
 
 class Later(Generic[T_co]):
     """What a call of a batch returns, once the batch has been made."""
+
+    __slots__ = ("_index", "_owner")
 
     def __init__(self, owner: Batch, index: int) -> None:
         self._owner = owner
@@ -150,7 +151,7 @@ class Batch:
     """Calls added with ``call`` and made together (see the module's docstring); a context manager."""
 
     def __init__(self, backend: object) -> None:
-        self._maker = backend if isinstance(backend, Batching) else None
+        self._maker = cast(Batching, backend) if _batches(type(backend), backend) else None
         self.calls: list[Call] = []
         self.outcomes: list[Outcome | None] = []
         self.made = False
@@ -180,6 +181,18 @@ class Batch:
                  tb: TracebackType | None) -> None:
         if kind is None:
             self.make()
+
+
+_BATCHING: dict[type, bool] = {}
+"""Whether a backend type has ``Batching``: asked once per type (a runtime protocol's isinstance is slow, and the
+model's checks make a batch after every step)."""
+
+
+def _batches(kind: type, backend: object) -> bool:
+    known = _BATCHING.get(kind)
+    if known is None:
+        known = _BATCHING[kind] = isinstance(backend, Batching)
+    return known
 
 
 def batch(backend: object) -> Batch:
@@ -237,8 +250,14 @@ def resolve(value: object, outcomes: Sequence[Outcome | None]) -> object:
     return tuple(resolve(v, outcomes) for v in cast(tuple[object, ...], value))
 
 
+_NESTED = (Ref, list, tuple)
+"""The types of an argument that may name an earlier call."""
+
+
 def _make(call: Call, outcomes: Sequence[Outcome | None]) -> Outcome:
     try:
+        if not any(type(a) in _NESTED for a in call.args) and not call.kwargs:  # most calls: nothing to resolve
+            return True, call.fn(*call.args)
         args = [resolve(a, outcomes) for a in call.args]
         kwargs = {k: resolve(v, outcomes) for k, v in call.kwargs.items()}
         return True, call.fn(*args, **kwargs)

@@ -10,6 +10,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,10 +73,13 @@ def test_suite_over_ssh_passes_the_same_rules_as_in_process(pytester: pytest.Pyt
     outcomes = {t["nodeid"]: t["outcome"] for t in remote["tests"]}  # type: ignore[attr-defined]
     assert outcomes == {t["nodeid"]: t["outcome"] for t in local["tests"]}  # type: ignore[attr-defined]
     # The reference model ran in both, each at its backend's budget: the hil backend declares a lab's
-    # (HilBackend.model_budget), the emulator none (the plugin's default).
-    models = [(r["model"]["sequences"], r["model"]["steps"], r["model"]["divergences"])  # type: ignore[index]
-              for r in (remote, local)]
-    assert models == [(16, 320, []), (100, 4000, [])]
+    # (HilBackend.model_budget: 16 sequences of 20 steps), the emulator none (the plugin's default: 100 of 40). Each
+    # budget's deadline may stop it early on a loaded machine (CI once saw 60 of 100): it bounds the time, so the
+    # steps of a sequence tell the budgets apart.
+    for report, (most, steps) in ((remote, (16, 20)), (local, (100, 40))):
+        model: dict[str, Any] = report["model"]  # type: ignore[assignment]
+        assert 0 < model["sequences"] <= most and model["steps"] == steps * model["sequences"], model
+        assert model["divergences"] == []
 
 
 def test_downstream_file_over_ssh(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
