@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, c
 from .contract import Completion
 from .protocols import PendingOperation, Process, Socket
 
-__all__ = ["Batch", "Batching", "Call", "Later", "Outcome", "batch", "first_error", "is_alive", "is_closed",
-           "is_connected", "is_done", "made_one_by_one", "named", "raise_first", "values", "wait_for"]
+__all__ = ["Answered", "Batch", "Batching", "Call", "Later", "Outcome", "batch", "done_ahead", "first_error",
+           "is_alive", "is_closed", "is_connected", "is_done", "made_one_by_one", "named", "raise_first", "values",
+           "wait_for"]
 
 if TYPE_CHECKING:  # the agent imports this module on Python 3.9, which has no ParamSpec
     from typing import ParamSpec
@@ -198,6 +199,25 @@ def _batches(kind: type, backend: object) -> bool:
 def batch(backend: object) -> Batch:
     """A batch of calls on ``backend``'s objects (see the module's docstring)."""
     return Batch(backend)
+
+
+class Answered(dict[int, bool]):
+    """Whether each operation asked ahead is done, by ``id``; it holds the operations themselves too, so that none
+    of them is freed and its ``id`` taken by a new operation while the answers are in use."""
+
+    def __init__(self, answers: Iterable[tuple[PendingOperation, bool]]) -> None:
+        kept = list(answers)
+        super().__init__((id(op), done) for op, done in kept)
+        self.ops = [op for op, _ in kept]
+
+
+def done_ahead(backend: object, ops: Iterable[PendingOperation]) -> Answered:
+    """Whether each of ``ops`` is done, asked together (on a lab one round trip): what a switch's progress
+    passes down so that it asks no operation twice. One whose answer failed is left out (asked again where it
+    is looked at, so its failure is raised there)."""
+    with batch(backend) as b:
+        asked = [(op, b.call(op.done)) for op in ops]
+    return Answered((op, bool(done.value)) for op, done in asked if done.error is None)
 
 
 def first_error(laters: Iterable[Later[Any]]) -> Exception | None:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..batch import batch, raise_first
+from ..batch import batch, done_ahead, raise_first
 from ..contract import SO_RDMA_THRESHOLD_SIZE
 from ..pacing import Backoff
 from ..protocols import Process, Socket
@@ -73,9 +73,7 @@ class Connection:
         asked of both ends at once (on a lab: one round trip for both hosts)."""
         moved = False
         while True:
-            with batch(self.switch.backend) as b:
-                asked = [(op, b.call(op.done)) for op in self.local.in_flight() + self.remote.in_flight()]
-            answered = {id(op): bool(done.value) for op, done in asked if done.error is None}
+            answered = done_ahead(self.switch.backend, self.local.in_flight() + self.remote.in_flight())
             if not self.local.progress(answered) | self.remote.progress(answered):
                 return moved
             moved = True

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from pytest_san import SO_RDMA_THRESHOLD_SIZE, Backend, Node, Process, SanError, WsaError
-from pytest_san.batch import batch
+from pytest_san.batch import done_ahead
 
 from .endpoint import SimpleEndpoint
 from .records import HEADER
@@ -70,9 +70,7 @@ class SimpleConnection:
     def progress(self) -> bool:
         moved = False
         for _ in range(PROGRESS_ROUNDS):
-            with batch(self.switch.backend) as b:
-                asked = [(op, b.call(op.done)) for op in self.local.in_flight() + self.remote.in_flight()]
-            answered = {id(op): bool(done.value) for op, done in asked if done.error is None}
+            answered = done_ahead(self.switch.backend, self.local.in_flight() + self.remote.in_flight())
             if not self.local.progress(answered) | self.remote.progress(answered):
                 break
             moved = True
