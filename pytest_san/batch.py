@@ -222,7 +222,11 @@ def done_ahead(backend: object, ops: Iterable[PendingOperation]) -> Answered:
 
 def first_error(laters: Iterable[Later[Any]]) -> Exception | None:
     """The first of ``laters`` that failed: its exception."""
-    return next((later.error for later in laters if later.error is not None), None)
+    for later in laters:
+        error = later.error
+        if error is not None:
+            return error
+    return None
 
 
 def raise_first(laters: Iterable[Later[Any]]) -> None:

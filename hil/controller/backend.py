@@ -288,7 +288,7 @@ class HilBackend:
         ``connect_sockets`` calls in two."""
         if calls and all(call.fn == self.connect_sockets and len(call.args) == 2 and not call.kwargs
                          for call in calls):
-            return list(self.connect_many([(call.args[0], call.args[1]) for call in calls]))
+            return self.connect_many([(call.args[0], call.args[1]) for call in calls])
         return make_together(calls)
 
     def spawn_observed(self, node: Node, program: str) -> RemoteObserved:

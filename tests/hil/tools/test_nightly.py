@@ -271,16 +271,26 @@ esac
 """
 
 
-def test_ib_write_bw_runs_over_the_transport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fake_ib_write_bw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> Path:
+    """``script`` as the ``ib_write_bw`` first on PATH (it writes what it was given beside itself)."""
     fake = tmp_path / "bin" / "ib_write_bw"
     fake.parent.mkdir()
-    fake.write_text(FAKE_IB_WRITE_BW)
+    fake.write_text(script)
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    host = HostConfig(name="local1", host="127.0.0.1", connection="local", engine="emulator", loopback=True,
+    return fake
+
+
+def _local_host(tmp_path: Path) -> HostConfig:
+    """One emulator-engine host over the local transport, with a lab address for ib_write_bw to connect to."""
+    return HostConfig(name="local1", host="127.0.0.1", connection="local", engine="emulator", loopback=True,
                       python_interpreter=sys.executable, device="rxe0", gid_index=1,
                       extra={"san_remote_tmp": str(tmp_path), "san_lab_address": "127.0.0.1/24"})
-    backend = HilBackend([host])
+
+
+def test_ib_write_bw_runs_over_the_transport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _fake_ib_write_bw(tmp_path, monkeypatch, FAKE_IB_WRITE_BW)
+    backend = HilBackend([_local_host(tmp_path)])
     try:
         agent = backend.agents[0]
         assert bandwidth.has_ib_write_bw(agent)
@@ -317,15 +327,8 @@ def test_ib_write_bw_starts_a_new_server_when_the_first_one_ended(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """CI's lab once read "Couldn't connect" from ib_write_bw's client: under TCG a server may end when its
     client connects before it listens. A new server and client are tried then."""
-    fake = tmp_path / "bin" / "ib_write_bw"
-    fake.parent.mkdir()
-    fake.write_text(FLAKY_IB_WRITE_BW)
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    host = HostConfig(name="local1", host="127.0.0.1", connection="local", engine="emulator", loopback=True,
-                      python_interpreter=sys.executable, device="rxe0", gid_index=1,
-                      extra={"san_remote_tmp": str(tmp_path), "san_lab_address": "127.0.0.1/24"})
-    backend = HilBackend([host])
+    fake = _fake_ib_write_bw(tmp_path, monkeypatch, FLAKY_IB_WRITE_BW)
+    backend = HilBackend([_local_host(tmp_path)])
     try:
         agent = backend.agents[0]
         assert bandwidth.measure_ib_write_bw(agent, agent) == [(2, 0.009), (4096, 2.47), (8388608, 9.05)]
