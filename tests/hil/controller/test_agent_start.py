@@ -1,12 +1,13 @@
 """An agent that cannot start says why: its reason reaches the controller's error and the test report.
 
-The real agent, with the verbs engine asked for a device that exists nowhere (``nosuch0``): it fails at
+The real agent, with the verbs engine asked for a device that exists nowhere (``nosuch<pid>``): it fails at
 start on any machine, RDMA devices or not, as it does on a lab host whose inventory names the wrong device.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,10 @@ from hil.inventory import HostConfig
 from hil.transport import open_transport
 from tests.support.sshd import SshServer
 
-REASON = "the agent could not start: the verbs engine (device 'nosuch0'): NoRdmaDevice: "
+# A verbs agent leases its device machine-wide, so two runs of these tests side by side (tox's parallel envs)
+# would wait on each other's lease of one name: each run asks for a device of its own.
+DEVICE = f"nosuch{os.getpid()}"
+REASON = f"the agent could not start: the verbs engine (device '{DEVICE}'): NoRdmaDevice: "
 
 
 def _start_fails(host: HostConfig) -> str:
@@ -27,7 +31,7 @@ def _start_fails(host: HostConfig) -> str:
 
 
 def test_a_local_agent_that_cannot_start_names_its_reason(tmp_path: Path) -> None:
-    host = HostConfig(name="nodev", host="localhost", connection="local", engine="verbs", device="nosuch0",
+    host = HostConfig(name="nodev", host="localhost", connection="local", engine="verbs", device=DEVICE,
                       extra={"san_remote_tmp": str(tmp_path)})
     message = _start_fails(host)
     first = message.splitlines()[0]
@@ -36,14 +40,14 @@ def test_a_local_agent_that_cannot_start_names_its_reason(tmp_path: Path) -> Non
 
 
 def test_an_agent_over_ssh_that_cannot_start_names_its_reason(sshd: SshServer, tmp_path: Path) -> None:
-    host = sshd.host_config(name="nodev", engine="verbs", device="nosuch0", extra={"san_remote_tmp": str(tmp_path)})
+    host = sshd.host_config(name="nodev", engine="verbs", device=DEVICE, extra={"san_remote_tmp": str(tmp_path)})
     first = _start_fails(host).splitlines()[0]
     assert first.startswith(f"host nodev ({sshd.host}:{sshd.port}, engine verbs): {REASON}"), first
 
 
 def test_the_reason_is_in_the_failing_tests_report(pytester: pytest.Pytester,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    host = {"ansible_connection": "local", "san_engine": "verbs", "san_device": "nosuch0", "san_loopback": True,
+    host = {"ansible_connection": "local", "san_engine": "verbs", "san_device": DEVICE, "san_loopback": True,
             "san_remote_tmp": str(pytester.path)}
     monkeypatch.setenv("COLUMNS", "400")  # the short summary is cut at the terminal's width
     inventory = pytester.path / "lab.json"
@@ -64,7 +68,7 @@ def test_a_failed_start_is_reported_once_and_ends_the_session(pytester: pytest.P
     # Starting an agent that cannot start costs its start-up time and ends the same way every time: the
     # first test errors with the reason, and the session stops there, instead of one traceback per test
     # (issue 28: 214 errors). A san_requires marker asks for the backend in each test's setup.
-    host = {"ansible_connection": "local", "san_engine": "verbs", "san_device": "nosuch0", "san_loopback": True,
+    host = {"ansible_connection": "local", "san_engine": "verbs", "san_device": DEVICE, "san_loopback": True,
             "san_remote_tmp": str(pytester.path)}
     monkeypatch.setenv("COLUMNS", "400")
     inventory = pytester.path / "lab.json"
