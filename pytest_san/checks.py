@@ -160,6 +160,7 @@ def registration_objects(buffer: object, caller: object) -> tuple[Any, Any]:
     """Stage 3 of register_memory and register_rdma_memory: the buffer is a buffer of ``caller`` (its
     process); its (address, length) as they are, for ``registration_values``."""
     try:
+        # any object: one without these attributes is the TypeError below
         address, length, owner = buffer.address, buffer.length, buffer.process  # type: ignore[attr-defined]
     except AttributeError:
         raise TypeError(f"buffer must be a buffer (.address, .length, .process), got {buffer!r:.80}") from None
@@ -196,7 +197,7 @@ def registration_values(kind: str, address: Any, length: Any, access: object, de
     if descriptor_size is not None and kind == "rdma":
         if not is_int(descriptor_size):
             raise SanError(WsaError.WSAEINVAL, f"descriptor_size is an integer or None, got {descriptor_size!r:.80}")
-        if descriptor_size < DESCRIPTOR_SIZE:  # type: ignore[operator]
+        if descriptor_size < DESCRIPTOR_SIZE:
             raise SanError(WsaError.WSAEFAULT, f"a descriptor needs {DESCRIPTOR_SIZE} bytes, {descriptor_size} "
                                                "offered", required_size=DESCRIPTOR_SIZE)
     if not_connected is not None:
@@ -288,7 +289,7 @@ def deregistration(registration: T | None, key: object) -> T:
     WSAEINVAL."""
     if registration is None:
         raise SanError(WsaError.WSAEINVAL, f"{_key(key)} is not registered on the socket")
-    if registration.in_use:  # type: ignore[attr-defined]
+    if registration.in_use:  # type: ignore[attr-defined]  # every backend's registration has in_use
         raise SanError(WsaError.WSAEINVAL, f"{_key(key)} is in use by a pending operation")
     return registration
 

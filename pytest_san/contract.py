@@ -12,6 +12,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the agent imports this module on Python 3.9, which has no TypeGuard
+    from typing import TypeGuard
 
 
 class WsaError(enum.IntEnum):
@@ -122,7 +126,7 @@ DESCRIPTOR = struct.Struct("<QQI")  # address, length, window rkey: what verbs h
 DESCRIPTOR_SIZE = DESCRIPTOR.size  # 20: what pytest-san's providers chose; any provider chooses its own (the probe)
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """An integer argument: an int (or an int subclass such as an IntEnum), but not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -219,7 +219,7 @@ def _int(value: object, what: str) -> int:
     """``value`` if it is an integer (an int subclass as its int, never a bool); else a TypeError naming
     ``what`` (as the emulator's process and buffer methods check it)."""
     if is_int(value):
-        return int(cast(int, value))
+        return int(value)
     raise TypeError(f"{what} must be an integer, got {value!r:.80}")
 
 

@@ -31,7 +31,7 @@ def check_options(rdma_threshold: object, rdma_mode: object, message_size: objec
     if rdma_threshold is not None:
         if not _is_int(rdma_threshold):
             raise TypeError(f"rdma_threshold is an integer or None, got {rdma_threshold!r:.80}")
-        if rdma_threshold < 0:  # type: ignore[operator]
+        if rdma_threshold < 0:
             raise ValueError(f"rdma_threshold must not be negative, got {rdma_threshold}")
     if type(rdma_mode) is not str or rdma_mode not in RDMA_MODES:
         raise ValueError(f"rdma_mode must be one of {RDMA_MODES}, got {rdma_mode!r:.80}")
@@ -39,7 +39,7 @@ def check_options(rdma_threshold: object, rdma_mode: object, message_size: objec
                                    ("message_count", message_count, MIN_MESSAGE_COUNT, MAX_MESSAGE_COUNT)):
         if not _is_int(value):
             raise TypeError(f"{name} is an integer, got {value!r:.80}")
-        if not low <= value <= high:  # type: ignore[operator]
+        if not low <= value <= high:
             raise ValueError(f"{name} must be {low}..{high}, got {value}")
 
 
@@ -57,9 +57,9 @@ class Switch:
         # By the class's attributes: isinstance() on a runtime protocol reads every property before Python
         # 3.12 (``alive``, ``default_process``: each a round trip to a lab's agent).
         if _has(where, Node):
-            return where.default_process  # type: ignore[union-attr]
+            return where.default_process  # type: ignore[union-attr]  # _has said it is a Node
         if _has(where, Process):
-            return where  # type: ignore[return-value]
+            return where  # type: ignore[return-value]  # _has said it is a Process
         raise TypeError(f"{name} must be a node, a process or None, got {where!r:.80}")
 
     def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,

@@ -63,7 +63,7 @@ class EmulatorEngine:
     @staticmethod
     def resolve_buffer(process: EmulatedProcess, address: object, length: object) -> Any:
         if is_int(address) and is_int(length):
-            return process.buffer_at(address, length)  # type: ignore[arg-type]  # is_int said so
+            return process.buffer_at(address, length)
         # A duck-typed buffer with odd fields: the provider judges it as in-process (whose process, then range).
         return types.SimpleNamespace(process=process, address=address, length=length)
 
