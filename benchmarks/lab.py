@@ -26,6 +26,12 @@ e. the reference model on the lab's two hosts (``--model-sequences N`` sequences
    trips, beside the baseline's (``--baseline``);
 f. with ``--delay-ms MS`` (benchmark only, ``benchmarks/delay.py``): the suites and the model again with a fixed
    delay on every controller-to-agent round trip, as a lab host that far away adds;
+g. with ``--per-use`` (benchmark only, ``benchmarks/unbatched.py``): what each use of calls made together
+   (``pytest_san.batch``: the switch's connect and progress, the scenarios' batches, the model's checks, the
+   end of a test) saves, at 0 ms and at ``--delay-ms``: this tree's suite with every use, then with each one
+   made one call at a time (the model's on the model run alone; its round trips are per sequence there).
+   ``--suite-args`` passes pytest arguments to every suite run (``'--san-sample 2 --san-model-sequences 0'``
+   for a quick seeded sample); ``--suite-goal`` the side-by-side goal (issue 29: 1.0, no worse);
 d. where the harness's time goes (``--no-profile`` skips it): one agent round trip, one that reaches the
    verbs child, the post and the wait of single 64 KiB writes one at a time (a round trip each: what a
    test's own ``rdma_write(...).wait()`` costs), bursts at depths 1, 4, 16 and 32, and one large write for
@@ -40,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -56,6 +63,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing: hil/ an
     sys.path.insert(0, str(ROOT))
 
 import delay  # noqa: E402  (benchmarks/delay.py, beside this file)
+import unbatched  # noqa: E402  (benchmarks/unbatched.py)
 
 from hil.controller.backend import Agent, HilBackend  # noqa: E402
 from hil.inventory import HostConfig, load_inventory  # noqa: E402
@@ -130,22 +138,27 @@ class Suite:
     summary: str
     failed_rules: list[str] = field(default_factory=list)
     round_trips: dict[str, Any] | None = None
+    outcomes: dict[str, str] = field(default_factory=dict)
 
 
 def run_suite(inventory: Path, workdir: Path, timeout: float, python: str = sys.executable,
-              label: str = "this tree", delay_ms: float = 0.0) -> Suite:
+              label: str = "this tree", delay_ms: float = 0.0, extra: Sequence[str] = (),
+              off: Sequence[str] = ()) -> Suite:
     """The suite on the lab with ``python`` (this tree's, or a baseline's own venv), its round trips counted
     by benchmarks/roundtrips.py (loaded with -p, this directory on PYTHONPATH); ``delay_ms``: every round trip
-    delayed that much (benchmarks/delay.py)."""
+    delayed that much (benchmarks/delay.py); ``extra``: more pytest arguments (``--suite-args``); ``off``: the
+    uses of calls made together made one call at a time (benchmarks/unbatched.py, this tree only)."""
     report = workdir / "lab-report.json"
     trips = workdir / "round-trips.json"
     argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "-p", "delay", "--pyargs",
-            "pytest_san.scenarios", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}"]
+            "pytest_san.scenarios", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}",
+            *(["-p", "unbatched"] if off else []), *extra]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")) and k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent)  # these plugins only: each tree imports its own code
     env["SAN_ROUND_TRIPS_OUT"] = str(trips)
     env[delay.ENV] = str(delay_ms)
+    env[unbatched.ENV] = ",".join(off)
     label = f"{label}, {delay_ms:g} ms a round trip" if delay_ms else label
     print(f"suite ({label}): {' '.join(argv[1:])}", flush=True)
     began = time.perf_counter()
@@ -164,7 +177,16 @@ def run_suite(inventory: Path, workdir: Path, timeout: float, python: str = sys.
     if result.returncode != 0:
         sys.stdout.write(result.stdout[-4000:] + result.stderr[-2000:])
     rounds = summarize_round_trips(json.loads(trips.read_text())) if trips.exists() else None
-    return Suite(took, result.returncode, summary, failed, rounds)
+    outcomes = _outcomes(report)
+    return Suite(took, result.returncode, summary, failed, rounds, outcomes)
+
+
+def _outcomes(report: Path) -> dict[str, str]:
+    """Each test's outcome by its name inside the package (the trees' install paths differ)."""
+    if not report.exists():
+        return {}
+    tests = json.loads(report.read_text()).get("tests", [])
+    return {t["nodeid"].split("scenarios/", 1)[-1]: t["outcome"] for t in tests if "nodeid" in t}
 
 
 def summarize_round_trips(data: dict[str, Any]) -> dict[str, Any]:
@@ -233,31 +255,90 @@ def drop_baseline(baseline: Baseline) -> None:
 
 
 def side_by_side(inventory: Path, workdir: Path, timeout: float, baseline: Baseline, rounds: int,
-                 delay_ms: float = 0.0) -> dict[str, Any]:
+                 delay_ms: float = 0.0, extra: Sequence[str] = (), goal: float = 0.5) -> dict[str, Any]:
     """The suite of this tree and of the baseline, alternating ``rounds`` times each against the same lab:
-    medians, and this tree's median over the baseline's (goal <= 0.5)."""
+    medians, this tree's median over the baseline's (``goal``: at most that), and the tests whose outcome
+    differs between the trees."""
     runs: dict[str, list[Suite]] = {"this tree": [], baseline.rev: []}
     for i in range(rounds):
         order = [("this tree", sys.executable), (baseline.rev, baseline.python)]
         for label, python in (order if i % 2 == 0 else order[::-1]):
             run_dir = workdir / f"run-{label.replace(' ', '-')}-{i}-{delay_ms:g}"
             run_dir.mkdir()
-            suite = run_suite(inventory, run_dir, timeout, python, label, delay_ms)
+            suite = run_suite(inventory, run_dir, timeout, python, label, delay_ms, extra)
             print(f"  {label} round {i + 1}: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}",
                   flush=True)
             runs[label].append(suite)
     new = statistics.median(s.seconds for s in runs["this tree"])
     old = statistics.median(s.seconds for s in runs[baseline.rev])
+    ours, theirs = runs["this tree"][-1].outcomes, runs[baseline.rev][-1].outcomes
+    differ = sorted(t for t in ours.keys() | theirs.keys() if ours.get(t) != theirs.get(t))
     return {"baseline": baseline.rev, "runs": {k: [asdict(s) for s in v] for k, v in runs.items()},
-            "median_s": {"this tree": new, baseline.rev: old}, "ratio": new / old, "goal": 0.5,
-            "verdict": "PASS" if new / old <= 0.5 else "MISS", "delay_ms": delay_ms}
+            "median_s": {"this tree": new, baseline.rev: old}, "ratio": new / old, "goal": goal,
+            "verdict": "PASS" if new / old <= goal else "MISS", "delay_ms": delay_ms,
+            "outcomes_differ": {t: [ours.get(t, "-"), theirs.get(t, "-")] for t in differ}}
+
+
+# --- g. what each use of calls made together saves ------------------------------------------------------
+
+
+def per_use(inventory: Path, workdir: Path, timeout: float, delays: Sequence[float], extra: Sequence[str] = (),
+            model_sequences: int = 0) -> list[dict[str, Any]]:
+    """This tree's suite at each delay with every use of calls made together, then with each use made one call
+    at a time (benchmarks/unbatched.py): per use and delay, the seconds and round trips per test it saves. The
+    model's use is measured on the model run alone (``model_sequences``, as ``run_model``): in the suite its
+    items stop at a deadline, so they take the same time either way."""
+    rows: list[dict[str, Any]] = []
+    for delay_ms in delays:
+        runs: dict[str, Suite] = {}
+        for off in ("", *(u for u in unbatched.USES if u != "model")):
+            run_dir = workdir / f"use-{off or 'all'}-{delay_ms:g}"
+            run_dir.mkdir()
+            label = f"this tree, {off} one call at a time" if off else "this tree"
+            runs[off] = suite = run_suite(inventory, run_dir, timeout, label=label, delay_ms=delay_ms, extra=extra,
+                                          off=[off] if off else [])
+            print(f"  {label}: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}", flush=True)
+        every = runs[""]
+        if model_sequences:
+            made = [run_model(inventory, workdir, model_sequences, timeout, delay_ms=delay_ms, off=off)
+                    for off in ([], ["model"])]
+            rows.append({"use": "model", "delay_ms": delay_ms, "seconds": made[1]["seconds"],
+                         "with_it": made[0]["seconds"], "saves_s": made[1]["seconds"] - made[0]["seconds"],
+                         "round_trips": made[1]["round_trips"] / model_sequences,
+                         "round_trips_with_it": made[0]["round_trips"] / model_sequences,
+                         "outcomes_same": made[0]["divergences"] == made[1]["divergences"] == 0,
+                         "tests": model_sequences})
+        for use in runs.keys() - {""}:
+            alone = runs[use]
+            rows.append({"use": use, "delay_ms": delay_ms, "seconds": alone.seconds, "with_it": every.seconds,
+                         "saves_s": alone.seconds - every.seconds,
+                         "round_trips": _per_test(alone), "round_trips_with_it": _per_test(every),
+                         "outcomes_same": alone.outcomes == every.outcomes, "tests": len(every.outcomes)})
+    return rows
+
+
+def _per_test(suite: Suite) -> float:
+    every = (suite.round_trips or {}).get("all_hosts", {})
+    return float(sum(every.values()))
+
+
+def describe_per_use(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = ["  each use of calls made together, made one call at a time instead (this tree's suite with it"
+             " / without it):",
+             f"    {'use':10s} {'delay':>6s} {'with':>8s} {'without':>8s} {'saves':>8s}   round trips a test"
+             "   outcomes"]
+    for row in rows:
+        lines.append(f"    {row['use']:10s} {row['delay_ms']:4g}ms {row['with_it']:7.1f}s {row['seconds']:7.1f}s "
+                     f"{row['saves_s']:+7.1f}s   {row['round_trips_with_it']:5.1f} / {row['round_trips']:5.1f}"
+                     f"        {'same' if row['outcomes_same'] else 'DIFFER'} ({row['tests']} tests)")
+    return lines
 
 
 # --- e. the reference model ---------------------------------------------------------------------------------
 
 
 def run_model(inventory: Path, workdir: Path, sequences: int, timeout: float, python: str = sys.executable,
-              label: str = "this tree", delay_ms: float = 0.0) -> dict[str, Any]:
+              label: str = "this tree", delay_ms: float = 0.0, off: Sequence[str] = ()) -> dict[str, Any]:
     """``pytest --pyargs pytest_san.model`` on the lab with ``python`` (this tree's or a baseline's), ``sequences``
     x 20 steps at seed 1, differential (as CI runs it), the regressions it replays first included: its cost line,
     seconds, divergences and round trips (benchmarks/roundtrips.py)."""
@@ -267,12 +348,14 @@ def run_model(inventory: Path, workdir: Path, sequences: int, timeout: float, py
     argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "-p", "delay", "--pyargs",
             "pytest_san.model", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}",
             f"--san-model-sequences={sequences}", "--san-model-steps=20", "--san-model-seed=1",
-            "--san-model-differential"]
+            "--san-model-differential", *(["-p", "unbatched"] if off else [])]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")) and k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent)
     env["SAN_ROUND_TRIPS_OUT"] = str(trips)
     env[delay.ENV] = str(delay_ms)
+    env[unbatched.ENV] = ",".join(off)
+    label = f"{label}, {', '.join(off)} one call at a time" if off else label
     began = time.perf_counter()
     result = subprocess.run(argv, cwd=run_dir, capture_output=True, text=True, env=env, timeout=timeout,
                             stdin=subprocess.DEVNULL)
@@ -457,6 +540,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the model's sequences of 20 steps (default 10; 0 skips it)")
     parser.add_argument("--delay-ms", type=float, default=0.0, metavar="MS",
                         help="benchmark only: also run the suites and the model with MS added to every round trip")
+    parser.add_argument("--suite-args", default="", metavar="ARGS",
+                        help="more pytest arguments for every suite run, e.g. '--san-sample 2' (both trees)")
+    parser.add_argument("--suite-goal", type=float, default=0.5, metavar="RATIO",
+                        help="with --baseline: this tree's suite time over the baseline's must be at most this")
+    parser.add_argument("--per-use", action="store_true",
+                        help="what each use of calls made together saves: the suite without each (at 0 ms and "
+                             "--delay-ms)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--check", action="store_true", help="exit 1 when the ratio misses the goal")
     args = parser.parse_args(argv)
@@ -484,19 +574,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         compared = delayed = None
         suite: Suite | None
         delayed_suite: Suite | None = None
+        extra = shlex.split(args.suite_args)
+        where = inventory.resolve()
         baseline = make_baseline(args.baseline, workdir) if args.baseline else None
         if baseline is not None:
-            compared = side_by_side(inventory.resolve(), workdir, args.suite_timeout, baseline, args.rounds)
+            compared = side_by_side(where, workdir, args.suite_timeout, baseline, args.rounds, 0.0, extra,
+                                    args.suite_goal)
             if args.delay_ms:
-                delayed = side_by_side(inventory.resolve(), workdir, args.suite_timeout, baseline, args.rounds,
-                                       args.delay_ms)
+                delayed = side_by_side(where, workdir, args.suite_timeout, baseline, args.rounds, args.delay_ms,
+                                       extra, args.suite_goal)
             suite = Suite(**compared["runs"]["this tree"][-1])
         else:
-            suite = None if args.no_suite else run_suite(inventory.resolve(), workdir, args.suite_timeout)
+            suite = None if args.no_suite else run_suite(where, workdir, args.suite_timeout, extra=extra)
             if suite is not None and args.delay_ms:
                 run_dir = workdir / "delayed"
                 run_dir.mkdir()
-                delayed_suite = run_suite(inventory.resolve(), run_dir, args.suite_timeout, delay_ms=args.delay_ms)
+                delayed_suite = run_suite(where, run_dir, args.suite_timeout, delay_ms=args.delay_ms, extra=extra)
+        uses = (per_use(where, workdir, args.suite_timeout, sorted({0.0, args.delay_ms}), extra, args.model_sequences)
+                if args.per_use else [])
         if suite is not None:
             print(f"suite: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}", flush=True)
         models = []
@@ -510,7 +605,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: dict[str, Any] = {"inventory": str(inventory), "hosts": [h.name for h in hosts],
                                   "boot": asdict(boot), "suite": asdict(suite) if suite else None,
                                   "delayed_suite": asdict(delayed_suite) if delayed_suite else None,
-                                  "side_by_side": compared, "side_by_side_delayed": delayed, "model": models}
+                                  "side_by_side": compared, "side_by_side_delayed": delayed, "model": models,
+                                  "per_use": uses}
         backend = HilBackend(hosts)
         harness = perftest = float("nan")
         command = ""
@@ -560,7 +656,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"    {label:12s} median {pair['median_s'][label]:7.1f} s   runs: {times}   "
                   f"({runs[-1]['summary']})")
             print("\n".join(describe_round_trips(runs[-1]["round_trips"], pair["median_s"][label])))
-        print(f"    this tree / {pair['baseline']} = {pair['ratio']:.2f}   goal <= 0.5   {pair['verdict']}")
+        print(f"    this tree / {pair['baseline']} = {pair['ratio']:.2f}   goal <= {pair['goal']:g}   "
+              f"{pair['verdict']}")
+        differ = pair["outcomes_differ"]
+        print(f"    outcomes: {'the same, test by test' if not differ else f'{len(differ)} tests differ'}")
+        for test, (new, old) in list(differ.items())[:20]:
+            print(f"      {test}: this tree {new}, {pair['baseline']} {old}")
+    if uses:
+        print("\n".join(describe_per_use(uses)))
     if models:
         print("\n".join(describe_model(models)))
     print("  agent round trips of single calls (per host):")
