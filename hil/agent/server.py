@@ -20,7 +20,7 @@ STARTUP_FAILED = 5  # exit status of an agent whose engine could not start (its 
 AGENT_TREES = ("hil/agent", "hil/rpc", "pytest_san/emulator", "pytest_san/switch")
 AGENT_FILES = ("hil/__init__.py", "pytest_san/__init__.py", "pytest_san/contract.py", "pytest_san/checks.py",
                "pytest_san/notes.py", "pytest_san/pacing.py", "pytest_san/deviations.py", "pytest_san/report.py",
-               "pytest_san/protocols.py", "pytest_san/burst.py", "pytest_san/batch.py")
+               "pytest_san/protocols.py", "pytest_san/burst.py", "pytest_san/batch.py", "pytest_san/dma.py")
 
 
 def agent_files(root: Path) -> Iterator[tuple[str, bytes]]:

@@ -13,7 +13,6 @@ from typing import Protocol
 
 from ..contract import (
     DO_DIRECT_IO,
-    MAX_DESCRIPTION_VERSION,
     PAGE_SIZE,
     CacheType,
     DeviceDescription,
@@ -21,6 +20,7 @@ from ..contract import (
     WsaError,
 )
 from ..contract import is_int as _is_int
+from ..dma import CommonBuffer, DmaAdapterBooks, check_description, put_adapter
 from ..protocols import Allocation, DmaAdapter
 from .memory import FOUR_GIB_FRAME, PAGE_SHIFT, PhysicalMemory
 
@@ -37,7 +37,6 @@ _ANYWHERE = 1 << 62  # a frame past any memory: the searches stop at the memory'
 # under NOLOWMEM, a 64-bit adapter's above it under NOLOWMEM and anywhere otherwise (P3, P5).
 _COMMON_BUFFER_FRAMES = {(True, False): (0, FOUR_GIB_FRAME), (True, True): (0, FOUR_GIB_FRAME),
                          (False, False): (0, _ANYWHERE), (False, True): (FOUR_GIB_FRAME, _ANYWHERE)}
-_VERSIONS = range(MAX_DESCRIPTION_VERSION + 1)
 
 
 def _frames(nbytes: int) -> int:
@@ -89,70 +88,31 @@ class _Block:
         self.owner.memory.free(self.base >> PAGE_SHIFT, _frames(self.nbytes))
 
 
-@dataclasses.dataclass(frozen=True)
-class _CommonBuffer:
-    """A common buffer of a DMA adapter (P5)."""
-
-    adapter: EmulatedDmaAdapter = dataclasses.field(repr=False)
-    logical: int
-    length: int
-    virtual: int
-    cache_enabled: bool
-
-    def _release(self) -> None:
-        del self.adapter._buffers[self.logical]
-        self.adapter._owner.memory.free(self.logical >> PAGE_SHIFT, _frames(self.length))
-
-
-class EmulatedDmaAdapter:
-    """The adapter get_dma_adapter returns; DMA_OPERATIONS as methods."""
+class EmulatedDmaAdapter(DmaAdapterBooks):
+    """The adapter get_dma_adapter returns: its common buffers are runs of the proxy's page frames (the logical
+    address is the physical one) within what the adapter can reach (P3, P5)."""
 
     def __init__(self, owner: EmulatedProxy, dma32: bool) -> None:
+        super().__init__(dma32)
         self._owner = owner
-        self._dma32 = dma32
-        self._buffers: dict[int, _CommonBuffer] = {}  # logical address -> buffer
 
-    @property
-    def dma32(self) -> bool:
-        return self._dma32
-
-    def allocate_common_buffer(self, length: int, cache_enabled: bool) -> tuple[int, int] | None:
-        """(virtual, logical) of a physically contiguous buffer; logical is the physical address."""
-        self._check_usable()
-        _integers(length=length)
-        _flag(cache_enabled)
-        if length <= 0:
-            return None
+    def _take(self, length: int) -> tuple[int, int, object] | None:
         owner = self._owner
-        first = owner.memory.take_contiguous(_frames(length), *_COMMON_BUFFER_FRAMES[self._dma32, owner.nolowmem])
+        first = owner.memory.take_contiguous(_frames(length), *_COMMON_BUFFER_FRAMES[self.dma32, owner.nolowmem])
         if first is None:
             return None
         logical = first << PAGE_SHIFT
-        buf = _CommonBuffer(self, logical, length, KERNEL_VA_BASE | logical, cache_enabled)
-        self._buffers[logical] = buf
-        return buf.virtual, logical
+        return KERNEL_VA_BASE | logical, logical, None
 
-    def free_common_buffer(self, length: int, logical: int, virtual: int, cache_enabled: bool) -> None:
-        """Needs exactly the values allocate_common_buffer was called with and returned."""
-        self._check_usable()
-        _integers(length=length, logical=logical, virtual=virtual)
-        _flag(cache_enabled)
-        buf = self._buffers.get(logical)
-        if buf is None or (length, virtual, cache_enabled) != (buf.length, buf.virtual, buf.cache_enabled):
-            raise _einval(f"free_common_buffer(length={length}, logical={logical:#x}, virtual={virtual:#x}, "
-                          f"cache_enabled={cache_enabled}): no such common buffer; "
-                          f"live: {list(self._buffers.values())}")
-        buf._release()
+    def _give_back(self, buf: CommonBuffer) -> None:
+        self._owner.memory.free(buf.logical >> PAGE_SHIFT, _frames(buf.length))
 
     def _release(self) -> None:
+        self.release()
         self._owner._adapters.remove(self)
 
-    def _check_usable(self) -> None:
-        if self not in self._owner._adapters:
-            raise _einval(f"{self!r} was already put")
-
     def __repr__(self) -> str:
-        return f"<DMA adapter of {self._owner.node_name} dma32={self._dma32}: {len(self._buffers)} common buffer(s)>"
+        return f"<DMA adapter of {self._owner.node_name} dma32={self.dma32}: {len(self.buffers)} common buffer(s)>"
 
 
 class EmulatedProxy:
@@ -269,42 +229,24 @@ class EmulatedProxy:
     def get_dma_adapter(self, description: DeviceDescription) -> EmulatedDmaAdapter:
         if not isinstance(description, DeviceDescription):
             raise _einval(f"get_dma_adapter needs a DeviceDescription, got {description!r}")
-        # An uninitialised field is None: no integer, no flag.
-        ints = [name for name in _DESCRIPTION_INTS if not _is_int(getattr(description, name))]
-        flags = [name for name in _DESCRIPTION_FLAGS if type(getattr(description, name)) is not bool]
-        if ints or flags:
-            raise _einval(f"get_dma_adapter: not integers: {ints}; not True or False: {flags} in {description!r:.200} "
-                          "(a DEVICE_DESCRIPTION must be zero-initialised, then filled in)")
-        problems = []
-        if not description.master:
-            problems.append("master must be True (a SAN NIC is a bus master)")
-        if description.maximum_length <= 0:  # type: ignore[operator]  # an int: checked above
-            problems.append(f"maximum_length must be positive, got {description.maximum_length}")
-        if description.version not in _VERSIONS:
-            problems.append(f"version {description.version} is not 0..{MAX_DESCRIPTION_VERSION}")
-        if problems:
-            raise _einval(f"get_dma_adapter: {'; '.join(problems)}")
+        values = check_description(description)
         # A bus master that does not claim 64-bit addressing is limited to 32 bits.
-        adapter = EmulatedDmaAdapter(self, not description.dma64)
+        adapter = EmulatedDmaAdapter(self, not values["dma64"])
         self._adapters.add(adapter)
         return adapter
 
     def put_dma_adapter(self, adapter: DmaAdapter) -> None:
-        if type(adapter) is not EmulatedDmaAdapter or adapter not in self._adapters:
-            raise _einval(f"put_dma_adapter: {adapter!r:.120} is not a live adapter of {self.node_name} "
-                          "(put already, or another proxy's)")
-        if adapter._buffers:
-            raise _einval(f"put_dma_adapter: {adapter!r} still has common buffers; free them first")
-        adapter._release()
+        put_adapter(self._adapters, adapter, EmulatedDmaAdapter, self.node_name)
+        self._adapters.remove(adapter)  # type: ignore[arg-type]  # put_adapter said it is one of them
 
     # -- books -------------------------------------------------------------------------------
 
-    def live(self) -> list[_Live]:
+    def live(self) -> list[object]:
         """Everything handed out and not yet freed or put: allocations, contiguous blocks, then each adapter's
-        common buffers and the adapter (in an order they can be given back in)."""
-        things: list[_Live] = [*self._allocations, *self._blocks.values()]
+        common buffers and the adapter."""
+        things: list[object] = [*self._allocations, *self._blocks.values()]
         for adapter in self._adapters:
-            things += [*adapter._buffers.values(), adapter]
+            things += [*adapter.buffers.values(), adapter]
         return things
 
     def live_allocations(self) -> int:
@@ -313,16 +255,13 @@ class EmulatedProxy:
 
     def reset(self) -> None:
         """Give back everything still alive (after a leak was reported) and clear fault injection."""
-        for thing in self.live():
+        alive: list[_Live] = [*self._allocations, *self._blocks.values(), *self._adapters]
+        for thing in alive:  # an adapter gives back its common buffers with itself
             thing._release()
         self._fail_next = self._fail_after = 0
 
     def __repr__(self) -> str:
         return f"<EmulatedProxy {self.node_name} nolowmem={self._nolowmem} live={self.live_allocations()}>"
-
-
-_DESCRIPTION_INTS = ("version", "maximum_length", "interface_type")
-_DESCRIPTION_FLAGS = ("master", "scatter_gather", "dma32", "dma64")
 
 
 def _einval(message: str) -> SanError:
@@ -335,7 +274,3 @@ def _integers(**values: object) -> None:
     if bad:
         raise _einval(f"not integers: {bad!r:.200}")
 
-
-def _flag(cache_enabled: object) -> None:
-    if type(cache_enabled) is not bool:
-        raise _einval(f"cache_enabled must be True or False, got {cache_enabled!r:.40}")

@@ -20,7 +20,6 @@ from hil.agent.engines.verbs.physical import _touch, physical_frames, physical_r
 from pytest_san.contract import (
     DO_DIRECT_IO,
     FOUR_GIB,
-    MAX_DESCRIPTION_VERSION,
     MAX_SGE,
     PAGE_SIZE,
     CacheType,
@@ -28,6 +27,7 @@ from pytest_san.contract import (
     WsaError,
     is_int,
 )
+from pytest_san.dma import CommonBuffer, DmaAdapterBooks, check_description, check_integers, put_adapter
 
 HUGE_PAGE_SIZE = 2 << 20
 
@@ -58,92 +58,34 @@ class _Block:
         self.cache_type = cache_type
 
 
-def _field(description: Any, name: str) -> Any:
-    if isinstance(description, dict):
-        return description.get(name)
-    return getattr(description, name, None)
-
-
-_DESCRIPTION_FIELDS = ("version", "master", "scatter_gather", "dma32", "dma64", "maximum_length", "interface_type")
-_DESCRIPTION_INTS = ("version", "maximum_length", "interface_type")
-_DESCRIPTION_FLAGS = ("master", "scatter_gather", "dma32", "dma64")
-
-
-def _integers(call: str, **values: Any) -> None:
-    """Refuse, before anything changes, a size or address that is not an int (True and 1.0 are not)."""
-    bad = [f"{name} {value!r}" for name, value in values.items() if not is_int(value)]
-    if bad:
-        raise SanError(WsaError.WSAEINVAL, "{}: not integers: {}".format(call, ", ".join(bad)))
-
-
-def _flag(call: str, name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise SanError(WsaError.WSAEINVAL, f"{call}: {name} must be True or False, got {value!r}")
-
-
 def _cache_type(value: Any) -> None:
     if not is_int(value) or value not in tuple(CacheType):
         raise SanError(WsaError.WSAEINVAL, f"unknown cache type {value!r}")
 
 
-class HostDmaAdapter:
+class HostDmaAdapter(DmaAdapterBooks):
     """IoGetDmaAdapter's adapter on a Linux host: common buffers are pinned hugetlb blocks (P5)."""
 
     def __init__(self, owner: PinnedProxy, id: int, description: dict[str, Any]) -> None:
+        super().__init__(not description.get("dma64"))
         self._owner = owner
         self.id = id
         self.description = description
-        self._dma32 = not description.get("dma64")
-        self._buffers: dict[int, tuple[int, int, bool]] = {}  # logical -> (length, virtual, cache_enabled)
-        self.put = False
 
-    @property
-    def dma32(self) -> bool:
-        return self._dma32
-
-    @property
-    def common_buffers(self) -> int:
-        return len(self._buffers)
-
-    def allocate_common_buffer(self, length: int, cache_enabled: bool) -> tuple[int, int] | None:
-        if self.put:
-            raise SanError(WsaError.WSAEINVAL, f"allocate_common_buffer: DMA adapter #{self.id} was already put")
-        _integers("allocate_common_buffer", length=length)
-        _flag("allocate_common_buffer", "cache_enabled", cache_enabled)
-        if length <= 0:
-            return None
-        highest = FOUR_GIB - 1 if self._dma32 else (1 << 64) - 1
+    def _take(self, length: int) -> tuple[int, int, object] | None:
+        highest = FOUR_GIB - 1 if self.dma32 else (1 << 64) - 1
         got = self._owner._contiguous_block(length, 0, highest, 0)
         if got is None:
             return None
         virtual, logical, size = got
-        self._buffers[logical] = (length, virtual, bool(cache_enabled))
-        self._owner._common[logical] = size
-        return virtual, logical
+        return virtual, logical, size
 
-    def free_common_buffer(self, length: int, logical: int, virtual: int, cache_enabled: bool) -> None:
-        if self.put:
-            raise SanError(WsaError.WSAEINVAL, f"free_common_buffer: DMA adapter #{self.id} was already put")
-        _integers("free_common_buffer", length=length, logical=logical, virtual=virtual)
-        _flag("free_common_buffer", "cache_enabled", cache_enabled)
-        buf = self._buffers.get(logical)
-        if buf is None:
-            raise SanError(WsaError.WSAEINVAL, f"free_common_buffer: no common buffer at logical {logical:#x} "
-                           f"on adapter #{self.id}")
-        want_length, want_virtual, want_cache = buf
-        wrong = []
-        if length != want_length:
-            wrong.append(f"length {length} differs from allocated {want_length}")
-        if virtual != want_virtual:
-            wrong.append(f"virtual address {virtual:#x} differs from {want_virtual:#x}")
-        if bool(cache_enabled) != want_cache:
-            wrong.append(f"cache_enabled {bool(cache_enabled)} differs from {want_cache}")
-        if wrong:
-            raise SanError(WsaError.WSAEINVAL,
-                           "free_common_buffer at logical {:#x}: {}".format(logical, "; ".join(wrong)))
-        del self._buffers[logical]
-        size = self._owner._common.pop(logical)
-        self._owner._release_block(want_virtual, size)
+    def _give_back(self, buf: CommonBuffer) -> None:
+        assert isinstance(buf.held, int)  # the mapped size _take kept
+        self._owner._release_block(buf.virtual, buf.held)
+
+    def __repr__(self) -> str:
+        return f"<DMA adapter #{self.id} dma32={self.dma32}: {len(self.buffers)} common buffer(s)>"
 
 
 class PinnedProxy:
@@ -161,7 +103,6 @@ class PinnedProxy:
         self._ids = itertools.count(1)
         self._allocations: dict[int, HostAllocation] = {}
         self._contiguous: dict[int, tuple[_Block, int]] = {}  # base physical -> (block, virtual)
-        self._common: dict[int, int] = {}  # logical -> mapped size, for adapters' common buffers
         self._adapters: dict[int, HostDmaAdapter] = {}
         self._adapter_ids = itertools.count(1)
         self._caps: frozenset[str] | None = None
@@ -271,7 +212,7 @@ class PinnedProxy:
 
     def allocate_contiguous(self, nbytes: int, lowest: int, highest: int, boundary: int,
                             cache_type: int) -> int | None:
-        _integers("allocate_contiguous", nbytes=nbytes, lowest=lowest, highest=highest, boundary=boundary)
+        check_integers("allocate_contiguous", nbytes=nbytes, lowest=lowest, highest=highest, boundary=boundary)
         _cache_type(cache_type)
         if nbytes <= 0 or lowest < 0 or highest < 0 or boundary < 0:
             raise SanError(WsaError.WSAEINVAL,
@@ -285,7 +226,7 @@ class PinnedProxy:
         return base
 
     def free_contiguous(self, base: int, nbytes: int, cache_type: int) -> None:
-        _integers("free_contiguous", base=base, nbytes=nbytes)
+        check_integers("free_contiguous", base=base, nbytes=nbytes)
         _cache_type(cache_type)
         entry = self._contiguous.get(base)
         if entry is None:
@@ -305,46 +246,24 @@ class PinnedProxy:
     # -- P5 -------------------------------------------------------------------------------------
 
     def get_dma_adapter(self, description: Any) -> HostDmaAdapter:
-        missing = [n for n in _DESCRIPTION_FIELDS if _field(description, n) is None]
-        if missing:
-            raise SanError(WsaError.WSAEINVAL, "get_dma_adapter: DEVICE_DESCRIPTION was not zero-initialised; "
-                           "uninitialised fields: {}".format(", ".join(missing)))
-        values = {n: _field(description, n) for n in _DESCRIPTION_FIELDS}
-        problems = [f"{n} must be an integer, got {values[n]!r}" for n in _DESCRIPTION_INTS if not is_int(values[n])]
-        problems += [f"{n} must be True or False, got {values[n]!r}" for n in _DESCRIPTION_FLAGS
-                     if not isinstance(values[n], bool)]
-        if problems:
-            raise SanError(WsaError.WSAEINVAL, "get_dma_adapter: {}".format("; ".join(problems)))
-        if values["master"] is not True:
-            problems.append("master must be True (a SAN NIC is a bus master)")
-        if not values["maximum_length"] > 0:
-            problems.append("maximum_length must be positive, got {!r}".format(values["maximum_length"]))
-        if not 0 <= values["version"] <= MAX_DESCRIPTION_VERSION:
-            problems.append(f'version {values["version"]!r} is not 0..{MAX_DESCRIPTION_VERSION}')
-        if problems:
-            raise SanError(WsaError.WSAEINVAL, "get_dma_adapter: {}".format("; ".join(problems)))
-        adapter = HostDmaAdapter(self, next(self._adapter_ids), values)
+        adapter = HostDmaAdapter(self, next(self._adapter_ids), check_description(description))
         self._adapters[adapter.id] = adapter
         return adapter
 
     def put_dma_adapter(self, adapter: Any) -> None:
-        if not isinstance(adapter, HostDmaAdapter) or self._adapters.get(adapter.id) is not adapter:
-            raise SanError(WsaError.WSAEINVAL, f"put_dma_adapter: {adapter!r} is not a live adapter of {self.name}")
-        if adapter.common_buffers:
-            raise SanError(WsaError.WSAEINVAL, f"put_dma_adapter: DMA adapter #{adapter.id} still has "
-                           f"{adapter.common_buffers} common buffer(s); free them first")
+        put_adapter(self._adapters.values(), adapter, HostDmaAdapter, self.name)
         del self._adapters[adapter.id]
-        adapter.put = True
 
     # -- books ----------------------------------------------------------------------------------
 
     def live_allocations(self) -> int:
-        return len(self._allocations) + len(self._contiguous) + len(self._common) + len(self._adapters)
+        return len(self._allocations) + len(self._contiguous) + sum(1 + len(a.buffers) for a in self._adapters.values())
 
     def leaks(self) -> list[str]:
         out = [f"allocation {a!r}" for a in self._allocations.values()]
         out += [f"contiguous block of {b.nbytes} bytes at {base:#x}" for base, (b, _) in self._contiguous.items()]
-        out += [f"common buffer at logical {lg:#x}" for lg in self._common]
+        for adapter in self._adapters.values():
+            out += [f"common buffer at logical {logical:#x}" for logical in adapter.buffers]
         out += [f"DMA adapter #{i}" for i in self._adapters]
         return out
 
@@ -356,11 +275,8 @@ class PinnedProxy:
             del self._contiguous[base]
             self._release_block(virtual, block.size)
         for adapter in list(self._adapters.values()):
-            for logical, (_length, virtual, _cache) in list(adapter._buffers.items()):
-                del adapter._buffers[logical]
-                self._release_block(virtual, self._common.pop(logical))
+            adapter.release()
             del self._adapters[adapter.id]
-            adapter.put = True
 
     close = reset
 
