@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..batch import Batch, Later, batch, raise_first
 from ..contract import SO_MAX_RDMA_SIZE, Access, SanError, Status, WsaError
@@ -13,8 +13,15 @@ from ..notes import add_note
 from ..protocols import Buffer, Handle, PendingOperation, Process, Provider, Proxy, Socket
 from .session import HEADER, LENGTH, MORE, Kind, Message, messages, src_avail
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the agent imports this module on Python 3.9, which has neither
+    from typing import Concatenate, ParamSpec
+
     from .connection import Connection
+
+    P = ParamSpec("P")
+R = TypeVar("R")
+Release = Callable[[Socket, Any], None]
+"""A provider's deregistration, bound: ``deregister_memory`` or ``deregister_rdma_memory``."""
 
 __all__ = ["Endpoint", "Regions", "add_note", "check_timeout"]
 
@@ -109,9 +116,10 @@ class Endpoint:
 
     # -- provider calls, traced so a scenario can see what the switch asked for (R9, R10)
 
-    def _call(self, method: str, *args: Any) -> Any:
-        self.conn.trace.append((self.name, method))
-        return getattr(self.provider, method)(self.socket, *args)
+    def _call(self, fn: Callable[Concatenate[Socket, P], R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """``fn(self.socket, ...)``: one of this end's provider's methods, traced by its name."""
+        self.conn.trace.append((self.name, fn.__name__))
+        return fn(self.socket, *args, **kwargs)
 
     def _batch(self) -> Batch:
         """A message slot's read or write and the send or receive on it: made together (on a lab: one round
@@ -151,7 +159,7 @@ class Endpoint:
             source.write(data)
             desc = b""  # write mode: the peer offers a WRITE descriptor for it
             if self.conn.read_mode(self.peer):
-                desc = bytes(self._call("register_rdma_memory", source, Access.READ))
+                desc = bytes(self._call(self.provider.register_rdma_memory, source, Access.READ))
                 self.awaiting_read.append(desc)
             else:
                 self.awaiting_sink.append(_Outgoing(source))
@@ -182,11 +190,11 @@ class Endpoint:
         if self.socket.closed or not self.process.alive:
             return  # the socket is already gone (the process died): the provider released it
         try:
-            for method, key, ops in self._registered():
+            for release, key, ops in self._registered():
                 if key is not None and all(op.done() for op in ops):
-                    self._call(method, key)
+                    self._call(release, key)
         finally:
-            self._call("close_socket")
+            self._call(self.provider.close_socket)
 
     def abandon(self, failure: BaseException) -> None:
         """Release what this endpoint built (a connect failed); a failure to do so is noted on ``failure``."""
@@ -195,19 +203,20 @@ class Endpoint:
         except Exception as exc:
             add_note(failure, f"while releasing the half-built {self.name} endpoint: {exc!r}")
 
-    def _registered(self) -> Iterator[tuple[str, Handle | None, Iterable[PendingOperation]]]:
+    def _registered(self) -> Iterator[tuple[Release, Handle | None, Iterable[PendingOperation]]]:
         """Everything the switch registered on the socket and holds: how it is deregistered, its key, and the
         operations that use it."""
-        yield "deregister_memory", self.send_handle, self.sends.values()
-        yield "deregister_memory", self.recv_handle, (op for _, op in self.recvs)
+        memory, rdma_memory = self.provider.deregister_memory, self.provider.deregister_rdma_memory
+        yield memory, self.send_handle, self.sends.values()
+        yield memory, self.recv_handle, (op for _, op in self.recvs)
         for item in self.reading:
-            yield "deregister_memory", item.handle, item.ops
+            yield memory, item.handle, item.ops
         for out in self.writing:
-            yield "deregister_memory", out.handle, out.ops
+            yield memory, out.handle, out.ops
         for item in self.offered:
-            yield "deregister_rdma_memory", item.descriptor, ()
+            yield rdma_memory, item.descriptor, ()
         for desc in self.awaiting_read:
-            yield "deregister_rdma_memory", desc, ()
+            yield rdma_memory, desc, ()
 
     # -- progress
 
@@ -289,40 +298,41 @@ class Endpoint:
             item = _Incoming(sink=sink)
             self.incoming.append(item)
             if desc:  # read mode: pull the bytes from the sender's READ descriptor
-                item.handle = self._call("register_memory", sink, Access.WRITE)
-                self._rdma_chunks(item.ops, "rdma_read", sink, item.handle, desc)
+                item.handle = self._call(self.provider.register_memory, sink, Access.WRITE)
+                self._rdma_chunks(item.ops, self.provider.rdma_read, sink, item.handle, desc)
                 self.reading.append(item)
             else:  # write mode: let the sender write into a WRITE descriptor
-                item.descriptor = bytes(self._call("register_rdma_memory", sink, Access.WRITE))
+                item.descriptor = bytes(self._call(self.provider.register_rdma_memory, sink, Access.WRITE))
                 self.offered.append(item)
                 self.outbox.extend(messages(Kind.SINK_AVAIL, item.descriptor, self._room()))
         elif kind is Kind.SINK_AVAIL:
             out = self.awaiting_sink.popleft()
-            out.handle = self._call("register_memory", out.source, Access.READ)
-            self._rdma_chunks(out.ops, "rdma_write", out.source, out.handle, payload)
+            out.handle = self._call(self.provider.register_memory, out.source, Access.READ)
+            self._rdma_chunks(out.ops, self.provider.rdma_write, out.source, out.handle, payload)
             self.writing.append(out)
         elif kind is Kind.RD_COMPL:
-            self._call("deregister_rdma_memory", self.awaiting_read.popleft())
+            self._call(self.provider.deregister_rdma_memory, self.awaiting_read.popleft())
         elif kind is Kind.WR_COMPL:
             item = self.offered.popleft()
-            self._call("deregister_rdma_memory", item.descriptor)
+            assert item.descriptor is not None  # an offered sink is registered (SINK_AVAIL carried it)
+            self._call(self.provider.deregister_rdma_memory, item.descriptor)
             item.data = _read(item.sink)
 
-    def _rdma_chunks(self, ops: list[PendingOperation], method: str, local: Buffer, handle: Handle,
-                     descriptor: bytes) -> None:
+    def _rdma_chunks(self, ops: list[PendingOperation], transfer: Callable[..., PendingOperation], local: Buffer,
+                     handle: Handle, descriptor: bytes) -> None:
         step = self.provider.getsockopt(self.socket, SO_MAX_RDMA_SIZE)
         for offset in range(0, local.length, step):
             part = local.view(offset, min(step, local.length - offset))
-            ops.append(self._call(method, [(part, handle)], descriptor, offset))
+            ops.append(self._call(transfer, [(part, handle)], descriptor, offset))
 
     def _advance_rdma(self) -> None:
         while self.reading and self._finished(self.reading[0].ops):
             item = self.reading.popleft()
-            self._call("deregister_memory", item.handle)
+            self._call(self.provider.deregister_memory, item.handle)
             item.data = _read(item.sink)
             self.outbox.append(Message(Kind.RD_COMPL))
         while self.writing and self._finished(self.writing[0].ops):
-            self._call("deregister_memory", self.writing.popleft().handle)
+            self._call(self.provider.deregister_memory, self.writing.popleft().handle)
             self.outbox.append(Message(Kind.WR_COMPL))
 
     def _flush(self) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_san import Backend
 
-from .endpoint import SimpleEndpoint, Transfer
+from .endpoint import Release, SimpleEndpoint, Transfer
 from .switch import SimpleConnection, SimpleSwitch
 
 
@@ -23,4 +23,4 @@ def pytest_san_make_switch(config: pytest.Config, backend: Backend) -> SimpleSwi
     return SimpleSwitch(backend)
 
 
-__all__ = ["SimpleConnection", "SimpleEndpoint", "SimpleSwitch", "Transfer", "pytest_san_make_switch"]
+__all__ = ["Release", "SimpleConnection", "SimpleEndpoint", "SimpleSwitch", "Transfer", "pytest_san_make_switch"]

@@ -5,15 +5,22 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_san import SO_MAX_RDMA_SIZE, Access, Buffer, Handle, PendingOperation, Process, SanError, Status, WsaError
 from pytest_san.protocols import Socket
 
 from .records import COUNT_MODULO, HEADER, LENGTH, Kind, record, take_records
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # Concatenate and ParamSpec: Python 3.10+
+    from typing import Concatenate, ParamSpec
+
     from .switch import SimpleConnection
+
+    P = ParamSpec("P")
+R = TypeVar("R")
+Release = tuple[Callable[[Socket, Any], None], object]
+"""How a registration is released (the provider's deregister_memory or deregister_rdma_memory) and its key."""
 
 
 @dataclasses.dataclass
@@ -66,9 +73,10 @@ class SimpleEndpoint:
 
     # -- provider calls, each in the connection's trace
 
-    def call(self, method: str, *args: Any) -> Any:
-        self.conn.trace.append((self.name, method))
-        return getattr(self.provider, method)(self.socket, *args)
+    def call(self, fn: Callable[Concatenate[Socket, P], R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """``fn(self.socket, ...)``: a method of this end's provider, traced by its name."""
+        self.conn.trace.append((self.name, fn.__name__))
+        return fn(self.socket, *args, **kwargs)
 
     # -- building
 
@@ -77,8 +85,8 @@ class SimpleEndpoint:
         ring = self.conn.message_count * self.conn.message_size
         self.send_region = self.process.alloc(ring)
         self.recv_region = self.process.alloc(ring)
-        self.handles.append(self.call("register_memory", self.send_region, Access.READ))
-        self.handles.append(self.call("register_memory", self.recv_region, Access.WRITE))
+        self.handles.append(self.call(self.provider.register_memory, self.send_region, Access.READ))
+        self.handles.append(self.call(self.provider.register_memory, self.recv_region, Access.WRITE))
         for slot in range(self.conn.message_count):
             self.post_receive(slot)
 
@@ -86,13 +94,14 @@ class SimpleEndpoint:
         return region.view(index * self.conn.message_size, self.conn.message_size)
 
     def post_receive(self, index: int) -> None:
-        self.receives.append((index, self.call("recv", [(self.slot(self.recv_region, index), self.handles[1])])))
+        slot = self.slot(self.recv_region, index)
+        self.receives.append((index, self.call(self.provider.recv, [(slot, self.handles[1])])))
 
     def send_message(self, index: int, message: bytes) -> PendingOperation:
         """``message`` into send slot ``index``, and sent from there."""
         buffer = self.slot(self.send_region, index).view(0, len(message))
         buffer.write(message)
-        return cast(PendingOperation, self.call("send", [(buffer, self.handles[0])]))
+        return self.call(self.provider.send, [(buffer, self.handles[0])])
 
     # -- the application's side
 
@@ -109,7 +118,7 @@ class SimpleEndpoint:
             source.write(data)
             out = Transfer(source, len(data))
             if self.conn.reads(self.peer):
-                out.descriptor = self.call("register_rdma_memory", source, Access.READ)
+                out.descriptor = self.call(self.provider.register_rdma_memory, source, Access.READ)
                 self.to_read.append(out)
                 self.outgoing += record(Kind.SOURCE_READ, LENGTH.pack(len(data)) + bytes(out.descriptor))
             else:
@@ -155,18 +164,19 @@ class SimpleEndpoint:
 
     # -- closing
 
-    def releases(self) -> list[tuple[str, object]]:
-        """R11: what close deregisters: every registration no pending operation of ours uses."""
-        found: list[tuple[str, object]] = []
+    def releases(self) -> list[Release]:
+        """R11: what close deregisters (how, and its key): every registration no pending operation of ours
+        uses."""
+        found: list[Release] = []
         if self.handles and not any(not self.done(op) for op in self.sends.values()):
-            found.append(("deregister_memory", self.handles[0]))
+            found.append((self.provider.deregister_memory, self.handles[0]))
         if len(self.handles) > 1 and not any(not self.done(op) for _, op in self.receives):
-            found.append(("deregister_memory", self.handles[1]))
+            found.append((self.provider.deregister_memory, self.handles[1]))
         for item in (*self.to_read, *self.to_sink, *self.writing, *self.sinks, *self.reading):
             if item.descriptor is not None:
-                found.append(("deregister_rdma_memory", item.descriptor))
+                found.append((self.provider.deregister_rdma_memory, item.descriptor))
             if item.handle is not None and not item.busy(self.done):
-                found.append(("deregister_memory", item.handle))
+                found.append((self.provider.deregister_memory, item.handle))
         return found
 
     def close(self) -> None:
@@ -179,12 +189,12 @@ class SimpleEndpoint:
         if self.socket.closed or not self.process.alive:
             return  # gone already: the provider released it
         failure: Exception | None = None
-        for method, key in releases:
+        for release, key in releases:
             try:
-                self.call(method, key)
+                self.call(release, key)
             except Exception as exc:
                 failure = failure or exc
-        self.call("close_socket")
+        self.call(self.provider.close_socket)
         if failure is not None:
             raise failure
 
@@ -241,31 +251,35 @@ class SimpleEndpoint:
             item = Transfer(self.process.alloc(length), length)
             self.arriving.append(item)
             if kind is Kind.SOURCE_READ:
-                item.handle = self.call("register_memory", item.buffer, Access.WRITE)
-                item.ops = self.rdma("rdma_read", item, body[LENGTH.size:])
+                item.handle = self.call(self.provider.register_memory, item.buffer, Access.WRITE)
+                item.ops = self.rdma(self.provider.rdma_read, item, body[LENGTH.size:])
                 self.reading.append(item)
             else:
-                item.descriptor = self.call("register_rdma_memory", item.buffer, Access.WRITE)
+                item.descriptor = self.call(self.provider.register_rdma_memory, item.buffer, Access.WRITE)
                 self.sinks.append(item)
                 self.outgoing += record(Kind.SINK, bytes(item.descriptor))
         elif kind is Kind.SINK:
             out = self.to_sink.popleft()
-            out.handle = self.call("register_memory", out.buffer, Access.READ)
-            out.ops = self.rdma("rdma_write", out, body)
+            out.handle = self.call(self.provider.register_memory, out.buffer, Access.READ)
+            out.ops = self.rdma(self.provider.rdma_write, out, body)
             self.writing.append(out)
         elif kind is Kind.READ_DONE:
             out = self.to_read.popleft()
-            self.call("deregister_rdma_memory", out.descriptor)
+            assert out.descriptor is not None  # exposed for the peer's RdmaRead: registered
+            self.call(self.provider.deregister_rdma_memory, out.descriptor)
         elif kind is Kind.WRITE_DONE:
             item = self.sinks.popleft()
-            self.call("deregister_rdma_memory", item.descriptor)
+            assert item.descriptor is not None  # a sink offered is registered
+            self.call(self.provider.deregister_rdma_memory, item.descriptor)
             item.descriptor = None
             item.data = item.buffer.read(item.length)
 
-    def rdma(self, method: str, item: Transfer, descriptor: bytes) -> list[PendingOperation]:
-        """``method`` over the whole of ``item``, in pieces of the provider's SO_MAX_RDMA_SIZE."""
+    def rdma(self, transfer: Callable[..., PendingOperation], item: Transfer,
+             descriptor: bytes) -> list[PendingOperation]:
+        """``transfer`` (rdma_read or rdma_write) over the whole of ``item``, in pieces of the provider's
+        SO_MAX_RDMA_SIZE."""
         step = self.provider.getsockopt(self.socket, SO_MAX_RDMA_SIZE)
-        return [self.call(method, [(item.buffer.view(at, min(step, item.length - at)), item.handle)], descriptor, at)
+        return [self.call(transfer, [(item.buffer.view(at, min(step, item.length - at)), item.handle)], descriptor, at)
                 for at in range(0, item.length, step)]
 
     def advance(self) -> bool:
@@ -278,7 +292,7 @@ class SimpleEndpoint:
                     self.failed(kind.name.lower(), op.wait(0).status)
                 if self.error:
                     return True
-                self.call("deregister_memory", item.handle)
+                self.call(self.provider.deregister_memory, item.handle)
                 item.handle = None
                 if kind is Kind.READ_DONE:
                     item.data = item.buffer.read(item.length)

@@ -50,7 +50,7 @@ class SimpleConnection:
         self.local.peer, self.remote.peer = self.remote, self.local
         try:
             if rdma_threshold is None:
-                self.rdma_threshold = self.local.call("getsockopt", SO_RDMA_THRESHOLD_SIZE)
+                self.rdma_threshold = self.local.call(self.local.provider.getsockopt, SO_RDMA_THRESHOLD_SIZE)
             self.local.build()
             self.remote.build()
         except BaseException as exc:  # all or nothing: what was built goes before the failure is raised

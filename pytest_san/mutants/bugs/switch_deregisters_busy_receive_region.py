@@ -7,16 +7,16 @@ without looking at what is in flight. Over ``pytest_san.examples.simple_switch``
 
 from __future__ import annotations
 
-from ...examples.simple_switch import SimpleEndpoint
+from ...examples.simple_switch import Release, SimpleEndpoint
 from ..switching import simple_switch_hook
 
 BREAKS = ("R11",)
 
 
 class DeregistersBusy(SimpleEndpoint):
-    def releases(self) -> list[tuple[str, object]]:
+    def releases(self) -> list[Release]:
         found = super().releases()
-        busy = ("deregister_memory", self.handles[1])
+        busy = (self.provider.deregister_memory, self.handles[1])
         return found if busy in found else [*found, busy]  # the bug
 
 

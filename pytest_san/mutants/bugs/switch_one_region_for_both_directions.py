@@ -8,7 +8,7 @@ Realistic: one registration is cheaper than two, and nothing the switch itself d
 from __future__ import annotations
 
 from ...contract import Access
-from ...examples.simple_switch import SimpleEndpoint
+from ...examples.simple_switch import Release, SimpleEndpoint
 from ..switching import simple_switch_hook
 
 BREAKS = ("R9",)
@@ -19,17 +19,17 @@ class OneRegion(SimpleEndpoint):
         ring = self.conn.message_count * self.conn.message_size
         both = self.process.alloc(2 * ring)
         self.send_region, self.recv_region = both.view(0, ring), both.view(ring, ring)
-        handle = self.call("register_memory", both, Access.READWRITE)  # the bug
+        handle = self.call(self.provider.register_memory, both, Access.READWRITE)  # the bug
         self.handles += [handle, handle]
         for slot in range(self.conn.message_count):
             self.post_receive(slot)
 
-    def releases(self) -> list[tuple[str, object]]:
+    def releases(self) -> list[Release]:
         """The one region is deregistered once, when neither ring is busy."""
         found = super().releases()
         if not self.handles:
             return found
-        mine: tuple[str, object] = ("deregister_memory", self.handles[0])
+        mine: Release = (self.provider.deregister_memory, self.handles[0])
         return [r for r in found if r != mine] + ([mine] if found.count(mine) == 2 else [])
 
 

@@ -19,8 +19,8 @@ class OverlappingRings(SimpleEndpoint):
         both = self.process.alloc((2 * count - 1) * size)
         self.send_region = both.view(0, count * size)
         self.recv_region = both.view((count - 1) * size, count * size)  # the bug: one slot too early
-        self.handles.append(self.call("register_memory", self.send_region, Access.READ))
-        self.handles.append(self.call("register_memory", self.recv_region, Access.WRITE))
+        self.handles.append(self.call(self.provider.register_memory, self.send_region, Access.READ))
+        self.handles.append(self.call(self.provider.register_memory, self.recv_region, Access.WRITE))
         for slot in range(count):
             self.post_receive(slot)
 

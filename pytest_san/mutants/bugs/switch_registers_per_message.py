@@ -21,8 +21,8 @@ class PerMessage(SimpleEndpoint):
     def send_message(self, index: int, message: bytes) -> PendingOperation:
         buffer = self.slot(self.send_region, index).view(0, len(message))
         buffer.write(message)
-        handle = self.call("register_memory", buffer, Access.READ)  # the bug
-        op: PendingOperation = self.call("send", [(buffer, handle)])
+        handle = self.call(self.provider.register_memory, buffer, Access.READ)  # the bug
+        op: PendingOperation = self.call(self.provider.send, [(buffer, handle)])
         self.__dict__.setdefault("per_message", []).append((op, handle))
         return op
 
@@ -36,7 +36,7 @@ class PerMessage(SimpleEndpoint):
         for op, handle in done:
             if handle not in busy and not self.closed and not self.socket.closed:
                 pending.remove((op, handle))
-                self.call("deregister_memory", handle)
+                self.call(self.provider.deregister_memory, handle)
         return moved
 
 
