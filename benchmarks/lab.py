@@ -48,6 +48,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -551,6 +552,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when the ratio misses the goal")
     args = parser.parse_args(argv)
 
+    # A SIGTERM (a CI timeout, a kill) still runs the cleanup below: the baseline's worktree, a booted lab.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     workdir = Path(tempfile.mkdtemp(prefix="san-lab-bench-"))
     booted: Path | None = None
     baseline: Baseline | None = None
