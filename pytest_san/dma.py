@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection
-from typing import Any
+from typing import Any, TypeVar
 
 from .contract import MAX_DESCRIPTION_VERSION, SanError, WsaError, is_int
+
+A = TypeVar("A", bound="DmaAdapterBooks")
 
 DESCRIPTION_INTS = ("version", "maximum_length", "interface_type")
 DESCRIPTION_FLAGS = ("master", "scatter_gather", "dma32", "dma64")
@@ -115,7 +117,8 @@ class DmaAdapterBooks:
         self._release_buffer(buf)
 
     def release(self) -> None:
-        """Every common buffer given back, and the adapter put (a proxy's reset)."""
+        """Every common buffer given back, and the adapter put (put_dma_adapter's, once none is left, and a
+        proxy's reset)."""
         for buf in list(self.buffers.values()):
             self._release_buffer(buf)
         self.put = True
@@ -137,14 +140,13 @@ class DmaAdapterBooks:
         raise NotImplementedError
 
 
-def put_adapter(live: Collection[DmaAdapterBooks], adapter: object, kind: type[DmaAdapterBooks], owner: str) -> None:
-    """put_dma_adapter's checks: ``adapter`` is one of ``live``, of ``kind``, with no common buffer left; then it
-    is put (the caller drops it from ``live``)."""
+def checked_put(live: Collection[A], adapter: object, kind: type[A], owner: str) -> A:
+    """put_dma_adapter's checks: ``adapter`` is one of ``live``, of ``kind``, with no common buffer left; it is
+    returned for the proxy to release (``release``) and drop from ``live``."""
     if type(adapter) is not kind or adapter not in live:
         raise einval(f"put_dma_adapter: {adapter!r:.120} is not a live adapter of {owner} "
                      "(put already, or another proxy's)")
-    assert isinstance(adapter, DmaAdapterBooks)
     if adapter.buffers:
         raise einval(f"put_dma_adapter: {adapter!r} still has {len(adapter.buffers)} common buffer(s); "
                      "free them first")
-    adapter.put = True
+    return adapter

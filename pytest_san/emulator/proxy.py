@@ -20,7 +20,7 @@ from ..contract import (
     WsaError,
 )
 from ..contract import is_int as _is_int
-from ..dma import CommonBuffer, DmaAdapterBooks, check_description, put_adapter
+from ..dma import CommonBuffer, DmaAdapterBooks, check_description, checked_put
 from ..protocols import Allocation, DmaAdapter
 from .memory import FOUR_GIB_FRAME, PAGE_SHIFT, PhysicalMemory
 
@@ -236,8 +236,7 @@ class EmulatedProxy:
         return adapter
 
     def put_dma_adapter(self, adapter: DmaAdapter) -> None:
-        put_adapter(self._adapters, adapter, EmulatedDmaAdapter, self.node_name)
-        self._adapters.remove(adapter)  # type: ignore[arg-type]  # put_adapter said it is one of them
+        checked_put(self._adapters, adapter, EmulatedDmaAdapter, self.node_name)._release()
 
     # -- books -------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from pytest_san.contract import (
     WsaError,
     is_int,
 )
-from pytest_san.dma import CommonBuffer, DmaAdapterBooks, check_description, check_integers, put_adapter
+from pytest_san.dma import CommonBuffer, DmaAdapterBooks, check_description, check_integers, checked_put
 
 HUGE_PAGE_SIZE = 2 << 20
 
@@ -251,7 +251,10 @@ class PinnedProxy:
         return adapter
 
     def put_dma_adapter(self, adapter: Any) -> None:
-        put_adapter(self._adapters.values(), adapter, HostDmaAdapter, self.name)
+        self._release_adapter(checked_put(self._adapters.values(), adapter, HostDmaAdapter, self.name))
+
+    def _release_adapter(self, adapter: HostDmaAdapter) -> None:
+        adapter.release()
         del self._adapters[adapter.id]
 
     # -- books ----------------------------------------------------------------------------------
@@ -275,8 +278,7 @@ class PinnedProxy:
             del self._contiguous[base]
             self._release_block(virtual, block.size)
         for adapter in list(self._adapters.values()):
-            adapter.release()
-            del self._adapters[adapter.id]
+            self._release_adapter(adapter)
 
     close = reset
 
