@@ -1076,8 +1076,9 @@ def test_agent_code_is_python39_and_standalone() -> None:
             else:
                 continue
             for name in names:
-                if name.startswith("pytest_san"):  # the contract's values and checks: never the emulator or pytest
-                    assert name in ("pytest_san.contract", "pytest_san.checks"), \
+                if name.startswith("pytest_san"):  # the contract's values, checks and DMA adapters' books: never
+                    # the emulator or pytest
+                    assert name in ("pytest_san.contract", "pytest_san.checks", "pytest_san.dma"), \
                         f"{path.name} imports {name}: the agent must not"
                     continue
                 top = name.split(".")[0]
