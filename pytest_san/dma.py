@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from .contract import MAX_DESCRIPTION_VERSION, SanError, WsaError, is_int
 
+#: A proxy's own adapter type (a DmaAdapterBooks subclass).
 A = TypeVar("A", bound="DmaAdapterBooks")
 
 DESCRIPTION_INTS = ("version", "maximum_length", "interface_type")
