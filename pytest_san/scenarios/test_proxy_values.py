@@ -13,7 +13,6 @@ import enum
 import pytest
 
 from pytest_san import FOUR_GIB, PAGE_SIZE, CacheType, Proxy, SanError, WsaError
-from pytest_san.contract import MAX_DESCRIPTION_VERSION
 
 from .support import expect_error
 from .test_proxy import nic
@@ -159,10 +158,10 @@ def test_a_description_whose_maximum_length_was_left_zero_is_refused(san_proxy: 
 
 @pytest.mark.san_rule("P5")
 @pytest.mark.san_requires("dma_adapter")
-@pytest.mark.parametrize("version", range(MAX_DESCRIPTION_VERSION + 1))
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_every_description_version_is_accepted(san_proxy: Proxy, version: int) -> None:
-    """DEVICE_DESCRIPTION_VERSION (0) through DEVICE_DESCRIPTION_VERSION3: each is a version a NIC's driver fills
-    in (P5), so each gives an adapter, put again at once."""
+    """DEVICE_DESCRIPTION_VERSION (0) through DEVICE_DESCRIPTION_VERSION3 (wdm.h): each is a version a NIC's
+    driver fills in (P5), so each gives an adapter, put again at once."""
     description = nic()
     description.version = version
     adapter = san_proxy.get_dma_adapter(description)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_san import Backend, Process, Socket
-from pytest_san.examples.simple_switch import SimpleConnection, SimpleEndpoint, SimpleSwitch, Transfer
+from pytest_san.examples.simple_switch import Release, SimpleConnection, SimpleEndpoint, SimpleSwitch, Transfer
 from pytest_san.examples.simple_switch.records import Kind
 
 BREAKS = ("R10",)
@@ -28,8 +28,8 @@ class KeepingEndpoint(SimpleEndpoint):
             return
         super().handle(kind, body)
 
-    def releases(self) -> list[tuple[str, object]]:
-        return super().releases() + [("deregister_rdma_memory", out.descriptor) for out in self.kept]
+    def releases(self) -> list[Release]:
+        return super().releases() + [(self.provider.deregister_rdma_memory, out.descriptor) for out in self.kept]
 
 
 class KeepingConnection(SimpleConnection):

@@ -20,8 +20,9 @@ class HalfwayEndpoint(SimpleEndpoint):
         ring = self.conn.message_count * self.conn.message_size
         self.send_region = self.process.alloc(ring)
         self.recv_region = self.process.alloc(ring)
-        send = self.call("register_memory", self.send_region, Access.READ)
-        receive = self.call("register_memory", self.recv_region, Access.WRITE)  # the bug: a refusal loses `send`
+        send = self.call(self.provider.register_memory, self.send_region, Access.READ)
+        # the bug: a refusal of the second loses `send`
+        receive = self.call(self.provider.register_memory, self.recv_region, Access.WRITE)
         self.handles += [send, receive]
         for slot in range(self.conn.message_count):
             self.post_receive(slot)

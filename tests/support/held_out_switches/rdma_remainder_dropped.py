@@ -7,6 +7,8 @@ arrives with its tail never written: R9/R10 (every length around the provider's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pytest_san import SO_MAX_RDMA_SIZE, Backend, PendingOperation
@@ -16,10 +18,11 @@ BREAKS = ("R9", "R10")
 
 
 class PiecesEndpoint(SimpleEndpoint):
-    def rdma(self, method: str, item: Transfer, descriptor: bytes) -> list[PendingOperation]:
+    def rdma(self, transfer: Callable[..., PendingOperation], item: Transfer,
+             descriptor: bytes) -> list[PendingOperation]:
         step = self.provider.getsockopt(self.socket, SO_MAX_RDMA_SIZE)
         whole = item.length - item.length % step if item.length > step else item.length  # the bug
-        return [self.call(method, [(item.buffer.view(at, min(step, item.length - at)), item.handle)], descriptor, at)
+        return [self.call(transfer, [(item.buffer.view(at, min(step, item.length - at)), item.handle)], descriptor, at)
                 for at in range(0, whole, step)]
 
 

@@ -7,21 +7,24 @@ memory. R10: a large transfer is an RdmaRead from the sender's *READ* descriptor
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 
 from pytest_san import Access, Backend
 from pytest_san.examples.simple_switch import SimpleConnection, SimpleEndpoint, SimpleSwitch
 
+R = TypeVar("R")
+
 BREAKS = ("R10",)
 
 
 class ExposingEndpoint(SimpleEndpoint):
-    def call(self, method: str, *args: Any) -> Any:
-        if method == "register_rdma_memory" and args[1] is Access.READ:
+    def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+        if fn == self.provider.register_rdma_memory and args[1] is Access.READ:
             args = (args[0], Access.READWRITE, *args[2:])  # the bug
-        return super().call(method, *args)
+        return super().call(fn, *args, **kwargs)
 
 
 class ExposingConnection(SimpleConnection):

@@ -25,7 +25,8 @@ class EarlyReleaseEndpoint(SimpleEndpoint):
         super().send(data)
         if offered:
             out = self.to_read[-1]
-            self.call("deregister_rdma_memory", out.descriptor)  # the bug: the peer has not read it yet
+            assert out.descriptor is not None
+            self.call(self.provider.deregister_rdma_memory, out.descriptor)  # the bug: the peer has not read it yet
             out.descriptor = None
 
     def handle(self, kind: Kind, body: bytes) -> None:

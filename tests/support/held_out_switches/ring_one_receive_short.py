@@ -20,8 +20,8 @@ class ShortRingEndpoint(SimpleEndpoint):
         ring = self.conn.message_count * self.conn.message_size
         self.send_region = self.process.alloc(ring)
         self.recv_region = self.process.alloc(ring)
-        self.handles.append(self.call("register_memory", self.send_region, Access.READ))
-        self.handles.append(self.call("register_memory", self.recv_region, Access.WRITE))
+        self.handles.append(self.call(self.provider.register_memory, self.send_region, Access.READ))
+        self.handles.append(self.call(self.provider.register_memory, self.recv_region, Access.WRITE))
         for slot in range(self.conn.message_count - 1):  # the bug: the last slot never gets a receive
             self.post_receive(slot)
 

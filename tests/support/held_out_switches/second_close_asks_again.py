@@ -19,9 +19,9 @@ class ForgetfulEndpoint(SimpleEndpoint):
         self.closed = True  # set, but never looked at (the bug)
         if not self.process.alive:
             return
-        for method, key in self.releases():
-            self.call(method, key)
-        self.call("close_socket")
+        for release, key in self.releases():
+            self.call(release, key)
+        self.call(self.provider.close_socket)
 
 
 class ForgetfulConnection(SimpleConnection):

@@ -6,6 +6,8 @@ into as many RdmaRead or RdmaWrite operations as it likes, each within the provi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pytest_san import SO_MAX_RDMA_SIZE, Backend, PendingOperation
@@ -15,9 +17,10 @@ PIECE = 4096
 
 
 class SmallPiecesEndpoint(SimpleEndpoint):
-    def rdma(self, method: str, item: Transfer, descriptor: bytes) -> list[PendingOperation]:
+    def rdma(self, transfer: Callable[..., PendingOperation], item: Transfer,
+             descriptor: bytes) -> list[PendingOperation]:
         step = min(PIECE, self.provider.getsockopt(self.socket, SO_MAX_RDMA_SIZE))
-        return [self.call(method, [(item.buffer.view(at, min(step, item.length - at)), item.handle)], descriptor, at)
+        return [self.call(transfer, [(item.buffer.view(at, min(step, item.length - at)), item.handle)], descriptor, at)
                 for at in range(0, item.length, step)]
 
 

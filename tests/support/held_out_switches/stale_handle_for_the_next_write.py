@@ -9,6 +9,8 @@ descriptor).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pytest_san import Backend, Handle, PendingOperation
@@ -20,14 +22,15 @@ BREAKS = ("R3", "R10")
 class CachingEndpoint(SimpleEndpoint):
     cached: Handle | None = None
 
-    def rdma(self, method: str, item: Transfer, descriptor: bytes) -> list[PendingOperation]:
-        if method != "rdma_write":
-            return super().rdma(method, item, descriptor)
+    def rdma(self, transfer: Callable[..., PendingOperation], item: Transfer,
+             descriptor: bytes) -> list[PendingOperation]:
+        if transfer != self.provider.rdma_write:
+            return super().rdma(transfer, item, descriptor)
         if self.cached is None:
             self.cached = item.handle
         fresh, item.handle = item.handle, self.cached  # the bug: the first transfer's handle, deregistered since
         try:
-            return super().rdma(method, item, descriptor)
+            return super().rdma(transfer, item, descriptor)
         finally:
             item.handle = fresh
 
