@@ -142,6 +142,18 @@ class Suite:
     outcomes: dict[str, str] = field(default_factory=dict)
 
 
+def _plugin_env(trips: Path, delay_ms: float, off: Sequence[str]) -> dict[str, str]:
+    """The environment of a pytest run of either tree with this directory's plugins: round trips counted into
+    ``trips``, ``delay_ms`` on every round trip, the uses in ``off`` one call at a time."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")) and k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent)  # these plugins only: each tree imports its own code
+    env["SAN_ROUND_TRIPS_OUT"] = str(trips)
+    env[delay.ENV] = str(delay_ms)
+    env[unbatched.ENV] = ",".join(off)
+    return env
+
+
 def run_suite(inventory: Path, workdir: Path, timeout: float, python: str = sys.executable,
               label: str = "this tree", delay_ms: float = 0.0, extra: Sequence[str] = (),
               off: Sequence[str] = ()) -> Suite:
@@ -154,12 +166,7 @@ def run_suite(inventory: Path, workdir: Path, timeout: float, python: str = sys.
     argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "-p", "delay", "--pyargs",
             "pytest_san.scenarios", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}",
             *(["-p", "unbatched"] if off else []), *extra]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")) and k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent)  # these plugins only: each tree imports its own code
-    env["SAN_ROUND_TRIPS_OUT"] = str(trips)
-    env[delay.ENV] = str(delay_ms)
-    env[unbatched.ENV] = ",".join(off)
+    env = _plugin_env(trips, delay_ms, off)
     label = f"{label}, {delay_ms:g} ms a round trip" if delay_ms else label
     print(f"suite ({label}): {' '.join(argv[1:])}", flush=True)
     began = time.perf_counter()
@@ -350,12 +357,7 @@ def run_model(inventory: Path, workdir: Path, sequences: int, timeout: float, py
             "pytest_san.model", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}",
             f"--san-model-sequences={sequences}", "--san-model-steps=20", "--san-model-seed=1",
             "--san-model-differential", *(["-p", "unbatched"] if off else [])]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS")) and k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent)
-    env["SAN_ROUND_TRIPS_OUT"] = str(trips)
-    env[delay.ENV] = str(delay_ms)
-    env[unbatched.ENV] = ",".join(off)
+    env = _plugin_env(trips, delay_ms, off)
     label = f"{label}, {', '.join(off)} one call at a time" if off else label
     began = time.perf_counter()
     result = subprocess.run(argv, cwd=run_dir, capture_output=True, text=True, env=env, timeout=timeout,
