@@ -369,7 +369,8 @@ def run_model(inventory: Path, workdir: Path, sequences: int, timeout: float, py
         for test in json.loads(trips.read_text())["tests"].values():
             spent += sum(sum(test.get(phase, {}).values()) for phase in ("setup", "call", "teardown"))
     out = {"label": label, "delay_ms": delay_ms, "seconds": took, "returncode": result.returncode,
-           "sequences": model.get("sequences", 0), "steps": model.get("steps", 0),
+           "model_seconds": model.get("seconds", 0.0), "sequences": model.get("sequences", 0),
+           "steps": model.get("steps", 0),
            "divergences": len(model.get("divergences", [])), "costs": model.get("costs", []), "round_trips": spent}
     print(f"  model ({label}, {delay_ms:g} ms a round trip): {took:.1f} s, exit {result.returncode}, "
           f"{out['divergences']} divergences; {'; '.join(out['costs'])}", flush=True)
@@ -381,9 +382,10 @@ def run_model(inventory: Path, workdir: Path, sequences: int, timeout: float, py
 def describe_model(runs: Sequence[dict[str, Any]]) -> list[str]:
     lines = ["  the model, 20-step sequences at seed 1, differential, its regressions first (as CI runs it):"]
     for run in runs:
-        per_sequence = run["seconds"] / max(1, run["sequences"])
-        lines.append(f"    {run['label']:22s} {run['delay_ms']:4g} ms a round trip: {run['seconds']:7.1f} s, "
-                     f"{per_sequence:5.2f} s a sequence, {run['round_trips']} round trips, "
+        # The model's own time (its regressions' replay included, as every tree's report counts it) per sequence.
+        per_sequence = run.get("model_seconds", run["seconds"]) / max(1, run["sequences"])
+        lines.append(f"    {run['label']:22s} {run['delay_ms']:4g} ms a round trip: {run['seconds']:7.1f} s in all, "
+                     f"{per_sequence:5.2f} s a sequence with the regressions, {run['round_trips']} round trips, "
                      f"{run['divergences']} divergences")
         lines += [f"      {cost}" for cost in run["costs"]]
     return lines
@@ -532,7 +534,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--up-args", nargs=argparse.REMAINDER, default=[], help="with --boot: more lab up options")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long the harness measures (default 10)")
     parser.add_argument("--suite-timeout", type=float, default=3600.0)
-    parser.add_argument("--no-suite", action="store_true", help="skip the suite's wall time")
+    parser.add_argument("--no-suite", action="store_true",
+                        help="skip the suite's wall time (with --baseline: only the model runs side by side)")
     parser.add_argument("--no-profile", action="store_true", help="skip the breakdown of the harness's time")
     parser.add_argument("--no-bandwidth", action="store_true",
                         help="skip the bandwidth comparison and the profile (round trips per SPI call are kept)")
@@ -582,13 +585,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = shlex.split(args.suite_args)
         where = inventory.resolve()
         baseline = make_baseline(args.baseline, workdir) if args.baseline else None
-        if baseline is not None:
+        if baseline is not None and not args.no_suite:
             compared = side_by_side(where, workdir, args.suite_timeout, baseline, args.rounds, 0.0, extra,
                                     args.suite_goal)
             if args.delay_ms:
                 delayed = side_by_side(where, workdir, args.suite_timeout, baseline, args.rounds, args.delay_ms,
                                        extra, args.suite_goal)
             suite = Suite(**compared["runs"]["this tree"][-1])
+        elif baseline is not None:
+            suite = None
         else:
             suite = None if args.no_suite else run_suite(where, workdir, args.suite_timeout, extra=extra)
             if suite is not None and args.delay_ms:
@@ -602,10 +607,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         models = []
         if args.model_sequences > 0:
             trees = [("this tree", sys.executable)] + ([(baseline.rev, baseline.python)] if baseline else [])
-            for delay_ms in (0.0, args.delay_ms) if args.delay_ms else (0.0,):
-                for label, python in trees:
-                    models.append(run_model(inventory.resolve(), workdir, args.model_sequences, args.suite_timeout,
-                                            python, label, delay_ms))
+            for turn in range(args.rounds if baseline else 1):  # alternating: a drift in load hits both trees
+                for delay_ms in (0.0, args.delay_ms) if args.delay_ms else (0.0,):
+                    for label, python in trees if turn % 2 == 0 else trees[::-1]:
+                        models.append(run_model(inventory.resolve(), workdir, args.model_sequences,
+                                                args.suite_timeout, python, label, delay_ms))
 
         result: dict[str, Any] = {"inventory": str(inventory), "hosts": [h.name for h in hosts],
                                   "boot": asdict(boot), "suite": asdict(suite) if suite else None,

@@ -16,7 +16,8 @@ one is not made, and its outcome is that same failure. Each call's outcome is re
 
 An in-process backend makes each call when it is added. A backend with ``Batching`` (hil) makes them when the
 block ends: each host's calls in one write, hosts at once, a host's calls in the order given (a call naming one of
-another host's waits for it: one more round trip).
+another host's waits for it: one more round trip). ``b.barrier()`` makes every later call wait so for every earlier
+one: the model's step is its call, the waits for what it completes, a barrier, then the reads that judge it.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ def is_done(op: PendingOperation) -> bool:
     return op.done()
 
 
-def wait_for(op: PendingOperation, timeout: float | None = 10.0) -> Completion:
-    """``op.wait(timeout)``, as a function for the same reason as ``is_done``."""
+def wait_for(op: PendingOperation, timeout: float | None = 10.0, after: object = None) -> Completion:
+    """``op.wait(timeout)``, as a function for the same reason as ``is_done``. ``after``: an earlier call's
+    ``Later.ref`` this wait depends on, though it waits for another operation: when that call failed, this one
+    is not made (a receive's completion is not waited for when the send that would complete it was refused)."""
     return op.wait(timeout)
 
 
@@ -76,11 +79,13 @@ def is_alive(process: Process) -> bool:
 # -- the batch
 
 class Call(NamedTuple):
-    """A call of a batch: ``fn(*args, **kwargs)``, where an argument may be an earlier call's ``Later.ref``."""
+    """A call of a batch: ``fn(*args, **kwargs)``, where an argument may be an earlier call's ``Later.ref``; it
+    follows the first ``after`` calls of the batch, whatever their hosts (``Batch.barrier``)."""
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
+    after: int = 0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -156,16 +161,24 @@ class Batch:
         self.calls: list[Call] = []
         self.outcomes: list[Outcome | None] = []
         self.made = False
+        self._after = 0  # the calls before the last barrier
 
     def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Later[R]:
         """``fn(*args, **kwargs)`` in this batch (an argument may be an earlier call's ``Later.ref``): what it
         returns, once the batch is made."""
         if self.made:
             raise RuntimeError("this batch was made already: start another")
-        made = Call(fn, args, kwargs)
+        made = Call(fn, args, kwargs, self._after)
         self.calls.append(made)
         self.outcomes.append(None if self._maker is not None else _make(made, self.outcomes))
         return Later(self, len(self.calls) - 1)
+
+    def barrier(self) -> None:
+        """Every call added from now on is made after every call added before, whatever their hosts: reads that
+        must see what earlier calls on another host did (an RDMA write waited for on one host, the bytes it wrote
+        read on the other). In-process calls are made in turn anyway; on a lab a host whose calls follow another
+        host's waits for them, one more round trip."""
+        self._after = len(self.calls)
 
     def make(self) -> None:
         """Make what is not made yet (``__exit__`` does, unless the block raised)."""

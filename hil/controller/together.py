@@ -6,7 +6,8 @@ property's read or a call on an earlier call's operation). A call may name what 
 (``Later.ref``, a ``pytest_san.batch.Ref`` until the batch is made): on the same host it goes as
 ``{"$r": request id}`` in the same write, the agent resolving it (a register's handle in the transfer after
 it, the transfer's operation in a wait); on another host it waits for that reply, one more round trip (a
-*wave*: a host's calls never overtake each other). A call this module does not send so (another method, a
+*wave*: a host's calls never overtake each other); a call behind a barrier (``Batch.barrier``) waits so for
+every call before it. A call this module does not send so (another method, a
 provider wrapped by a plugin) makes the whole list go one call at a time, as in-process.
 """
 
@@ -234,6 +235,8 @@ def _plan(calls: Sequence[Call]) -> list[_Planned] | None:
         if session is None:
             return None
         wave = max((p.wave for p in planned if p.session is session), default=0)
+        for earlier in planned[:call.after]:  # behind a barrier: after every call before it
+            wave = max(wave, earlier.wave + (earlier.session is not session))
         for index in named(list(args)) | named(target):
             if not 0 <= index < len(planned):
                 return None

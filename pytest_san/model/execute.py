@@ -15,11 +15,11 @@ import collections
 import copy
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
-from ..batch import Batch, Later, batch, is_closed, is_connected
-from ..contract import VALID_ACCESS, Access, SanError, Status
+from ..batch import Batch, Later, batch, is_closed, is_connected, wait_for
+from ..contract import VALID_ACCESS, Access, Completion, SanError, Status
 from ..protocols import PendingOperation, Provider, Socket
 from .alternatives import RNR_BOUNDED
 from .reference import Model
@@ -101,6 +101,25 @@ class Checked:
     pending: list[int]
 
 
+Looked = tuple[Checked, dict[Asked, Any]]
+"""What a step's batch read for the check after it: what it was to compare, and each read's ``Later``."""
+
+
+@dataclasses.dataclass
+class Made:
+    """A step made: what its call returned or raised, the waits for the completions the model expected (empty
+    when the call raised: those are looked at one by one), and what the batch read for the check."""
+
+    result: object
+    waits: dict[int, Later[Completion]]
+    looked: Looked | None
+
+
+def _covers(looked: Checked, checked: Checked) -> bool:
+    """Whether what was read (``looked``) holds all that ``checked`` compares."""
+    return all(set(getattr(checked, f.name)) <= set(getattr(looked, f.name)) for f in dataclasses.fields(Checked))
+
+
 GIVE_UP_AFTER = 1.0
 """Seconds a send waits before a backend with ``send-wait-bounded`` may end it (rxe: about 2 s): younger
 sends are not asked about (each question is a round trip)."""
@@ -173,24 +192,55 @@ class Side:
             seen.call = "skipped"
             return seen
         t0 = time.perf_counter()
-        result: object
-        try:
-            result = self._call(step, closes)
-        except Exception as exc:  # judged below: an error code the model expects, or a problem
-            result = exc
+        made = self._made(step, closes, seen)
         self._popped = {}
-        self._judge_answer(step, seen, result)
+        self._judge_answer(step, seen, made.result, made.waits)
         if seen.problems and racy is not None and self._gave_up_meanwhile(racy):
             self.ops.update(self._popped)  # their completions are kept: waiting again answers the same
             vars(model).update(vars(racy))  # in place: the generator holds this model
             seen = _merged(Seen(model.apply(step)), _merged(self.catch_up() or Seen(Expect()), gave_up))
-            self._judge_answer(step, seen, result)
+            self._judge_answer(step, seen, made.result)
         t1 = time.perf_counter()
-        self._settled_check(seen, full=self.full)
+        self._settled_check(seen, full=self.full, looked=made.looked)
         self.cost.calls += t1 - t0
         self.cost.checks += time.perf_counter() - t1
         self.cost.steps += 1
         return seen
+
+    def _made(self, step: Step, closes: list[int], seen: Seen) -> Made:
+        """The step made as one batch (a lab: one round trip per host, two where a host must see what another's
+        operation did): its call, the waits for the completions the model expects of it (each made only if the
+        call returned), a barrier, then every read the check after it makes."""
+        exp = seen.expect
+        timeout = 0 if seen.problems else self.timeout
+        if isinstance(step, Reconnect):  # a backend's connect_sockets: no call a batch makes
+            try:
+                self._reconnect(step, closes)
+                result: object = None
+            except Exception as exc:  # judged as any call's answer
+                result = exc
+            return Made(result, {}, None)
+        new_op = step.op if isinstance(step, Transfer) else None
+        checked = self.checked(exp, full=self.full, known=set(self.ops) | ({new_op} if new_op is not None else set()))
+        with batch(self.world.backend) as b:
+            try:
+                answer = self._call(b, step)
+            except Exception as exc:  # an argument the backend refused as it was made (judged as the answer)
+                return Made(exc, {}, None)
+            waits: dict[int, Later[Completion]] = {}
+            for op_id in exp.done:
+                if op_id == new_op:
+                    waits[op_id] = b.call(wait_for, answer.ref, timeout)
+                elif op_id in self.ops:
+                    waits[op_id] = b.call(wait_for, self.ops[op_id], timeout, answer.ref)
+            b.barrier()
+            ops: dict[int, Any] = {**self.ops, **({new_op: answer.ref} if new_op is not None else {})}
+            looks = self.looks(b, checked, ops)
+        if answer.error is None:
+            return Made(answer.value, waits, (checked, looks))
+        # Refused: no wait was made, and what the model then expects is waited for one by one; the reads stand
+        # only if nothing was to complete (else they may be older than a completion still to come).
+        return Made(answer.error, {}, None if waits else (checked, looks))
 
     def catch_up(self) -> Seen | None:
         """Where a backend may end a waiting send on its own (``send-wait-bounded``), see whether it did, and
@@ -223,17 +273,19 @@ class Side:
         pending = self.ops[op]
         return pending.done() and pending.wait(0).status != Status.SUCCESS
 
-    def _settled_check(self, seen: Seen, *, full: bool) -> None:
-        """The checks; if they fail while a send gave up waiting after the call, again once the model knows."""
+    def _settled_check(self, seen: Seen, *, full: bool, looked: Looked | None = None) -> None:
+        """The checks (on what the step's batch ``looked`` at, if it covers them); if they fail while a send gave
+        up waiting after the call, again once the model knows."""
         before = len(seen.problems)
-        self.check(seen, full=full)
+        self.check(seen, full=full, looked=looked)
         assert self.model is not None
         if len(seen.problems) > before and RNR_BOUNDED in self.traits.alts and self._gave_up_meanwhile(self.model):
             del seen.problems[before:]
             _merged(seen, self.catch_up())
             self.check(seen, full=full)
 
-    def _call(self, step: Step, closes: list[int]) -> object:
+    def _call(self, b: Batch, step: Step) -> Later[Any]:
+        """The step's call (every kind but ``Reconnect``), added to ``b``."""
         model, world = self.model, self.world
         assert model is not None
         if isinstance(step, Register):
@@ -241,41 +293,39 @@ class Side:
             provider, sock = self._provider(step.sock), self.socks[step.sock]
             buffer = world.buffer(step.view, step.shape)
             if step.kind == "memory":
-                return provider.register_memory(sock, buffer, access)
-            return provider.register_rdma_memory(sock, buffer, access, step.size)
+                return b.call(provider.register_memory, sock, buffer, access)
+            return b.call(provider.register_rdma_memory, sock, buffer, access, step.size)
         if isinstance(step, Deregister):
             provider, sock = self._provider(step.sock), self.socks[step.sock]
             value: Any = model.value(step.key)
             if step.kind == "memory":
-                provider.deregister_memory(sock, value)
-            else:
-                provider.deregister_rdma_memory(sock, value)
-            return None
+                return b.call(provider.deregister_memory, sock, value)
+            return b.call(provider.deregister_rdma_memory, sock, value)
         if isinstance(step, Transfer):
             provider, sock = self._provider(step.sock), self.socks[step.sock]
             # Whatever the step names goes to the provider as it is: a junk key or descriptor is the point.
             entries: Any = [(world.buffer(view), model.value(key)) for view, key in step.entries]
             desc: Any = model.value(step.desc)
             if step.kind == "rdma_write":
-                return provider.rdma_write(sock, entries, desc, step.offset)
+                return b.call(provider.rdma_write, sock, entries, desc, step.offset)
             if step.kind == "rdma_read":
-                return provider.rdma_read(sock, entries, desc, step.offset)
-            return provider.send(sock, entries) if step.kind == "send" else provider.recv(sock, entries)
+                return b.call(provider.rdma_read, sock, entries, desc, step.offset)
+            return b.call(provider.send if step.kind == "send" else provider.recv, sock, entries)
         if isinstance(step, Scribble):
             pi, bi, off, n = step.view
-            world.bufs[pi][bi].write(pattern(step.seed, n), off)
-            return None
-        if isinstance(step, Close):
-            self._provider(step.sock).close_socket(self.socks[step.sock])
-            return None
-        assert isinstance(step, Reconnect)
+            return b.call(world.bufs[pi][bi].write, pattern(step.seed, n), off)
+        assert isinstance(step, Close)
+        return b.call(self._provider(step.sock).close_socket, self.socks[step.sock])
+
+    def _reconnect(self, step: Reconnect, closes: list[int]) -> None:
         for sock_id in closes:
             self._provider(sock_id).close_socket(self.socks[sock_id])
         self._connect(step.slot, step.socks)
-        return None
 
-    def _judge_answer(self, step: Step, seen: Seen, result: object) -> None:
-        """``result``: what the call returned or raised; then the completions the model expects, waited for."""
+    def _judge_answer(self, step: Step, seen: Seen, result: object,
+                      waits: Mapping[int, Later[Completion]] | None = None) -> None:
+        """``result``: what the call returned or raised; then the completions the model expects, as ``waits``
+        (the step's batch) saw them, or waited for here."""
         exp = seen.expect
         seen.call = _outcome(step, result)
         assert self.model is not None
@@ -293,7 +343,7 @@ class Side:
         elif isinstance(step, Transfer):
             self.ops[step.op] = cast(PendingOperation, result)  # what it returned: waiting for it judges it
             self.posted.setdefault(step.op, time.monotonic())
-        self._completions(seen)
+        self._completions(seen, waits)
 
     def _key(self, step: Register, seen: Seen, key: object) -> None:
         model = self.model
@@ -317,7 +367,8 @@ class Side:
             return
         model.bind(step, value)
 
-    def _completions(self, seen: Seen) -> None:
+    def _completions(self, seen: Seen, waits: Mapping[int, Later[Completion]] | None = None) -> None:
+        """Each completion the model expects, as ``waits`` saw it, else waited for now."""
         for op_id, (statuses, nbytes) in seen.expect.done.items():
             op = self.ops.pop(op_id, None)
             if op is None:
@@ -325,7 +376,8 @@ class Side:
             self._popped[op_id] = op
             want = " or ".join(sorted(s.name for s in statuses)) + (f" {nbytes} bytes" if nbytes else "")
             try:  # once the step went wrong, what has not completed is only reported, not waited for
-                done = op.wait(0 if seen.problems else self.timeout)
+                waited = waits.get(op_id) if waits is not None else None
+                done = waited.value if waited is not None else op.wait(0 if seen.problems else self.timeout)
             except Exception as exc:
                 seen.done[op_id] = "still pending" if isinstance(exc, TimeoutError) else repr(exc)
                 seen.problem("completion", f"operation of step op#{op_id}: {seen.done[op_id]}, expected {want}")
@@ -353,8 +405,10 @@ class Side:
             pending=[op_id for op_id, mop in sorted(model.ops.items())
                      if (full or (mop.sock.id in touched.pending and op_id not in waiting)) and op_id in known])
 
-    def looks(self, b: Batch, checked: Checked) -> dict[Asked, Later[Any]]:
-        """What a check reads, added to ``b``, each by its key (``Asked``)."""
+    def looks(self, b: Batch, checked: Checked, ops: Mapping[int, Any] | None = None) -> dict[Asked, Later[Any]]:
+        """What a check reads, added to ``b``, each by its key (``Asked``); ``ops``: the operations by id (default:
+        those the side holds; in a step's batch, the step's own as its call's ``Later.ref``)."""
+        ops = self.ops if ops is None else ops
         looks: dict[Asked, Later[Any]] = {}
         for s in checked.registrations:
             looks["registrations", s] = b.call(self._provider(s).registrations, self.socks[s])
@@ -366,18 +420,22 @@ class Side:
         # cannot be older than a completion seen in the same look. Its completion only once it is done (a look,
         # not a wait): TimeoutError while it is pending.
         for op in checked.pending:
-            looks["pending", op] = b.call(self.ops[op].wait, 0)
+            looks["pending", op] = b.call(wait_for, ops[op], 0)
         for s in checked.states:
             looks["connected", s] = b.call(is_connected, self.socks[s])
             looks["closed", s] = b.call(is_closed, self.socks[s])
         return looks
 
-    def check(self, seen: Seen, *, full: bool) -> None:
+    def check(self, seen: Seen, *, full: bool, looked: Looked | None = None) -> None:
         """Compare the backend's state with the model's, every read of it made together (a lab: one round trip
-        per host)."""
+        per host), or read already (``looked``: a step's batch read what the model expected to check; used when
+        it covers what the model, having judged the answer, checks)."""
         checked = self.checked(seen.expect, full=full)
-        with batch(self.world.backend) as b:
-            looks = self.looks(b, checked)
+        if looked is not None and _covers(looked[0], checked):
+            looks = looked[1]
+        else:
+            with batch(self.world.backend) as b:
+                looks = self.looks(b, checked)
         self._check_state(seen, checked, full, lambda key: looks[key].value)
 
     def _check_state(self, seen: Seen, checked: Checked, full: bool, ask: Callable[[Asked], Any]) -> None:

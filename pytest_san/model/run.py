@@ -56,6 +56,7 @@ class Summary:
     regressions: int = 0  # sequences of regressions.py replayed first
     seconds: float = 0.0
     shrinking: float = 0.0  # of ``seconds``: replaying divergences to shrink them
+    replaying: float = 0.0  # of ``seconds``: replaying the regressions, once a run before its sequences
     divergences: list[Divergence] = dataclasses.field(default_factory=list)
     cost: Cost = dataclasses.field(default_factory=Cost)
     alternatives: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -64,12 +65,15 @@ class Summary:
         return {"backend": self.backend, "sequences": self.sequences, "steps": self.steps,
                 "divergences": [d.to_dict() for d in self.divergences], "seeds": [self.seed],
                 "differential": self.differential, "seconds": round(self.seconds, 3), "regressions": self.regressions,
+                "replaying": round(self.replaying, 3),
                 "alternatives": dict(sorted(self.alternatives.items()))}
 
     def cost_line(self) -> str:
         c, n, k = self.cost, max(self.steps, 1), max(self.sequences, 1)
-        running = self.seconds - self.shrinking
-        shrunk = f" (and {self.shrinking:.1f} s shrinking)" if self.shrinking else ""
+        running = self.seconds - self.shrinking - self.replaying
+        aside = [f"{self.replaying:.1f} s replaying {self.regressions} regressions first"] if self.regressions else []
+        aside += [f"{self.shrinking:.1f} s shrinking"] if self.shrinking else []
+        shrunk = f" (and {', '.join(aside)})" if aside else ""
         return (f"{self.sequences} sequences, {self.steps} steps in {running:.1f} s{shrunk}: "
                 f"{running / k:.2f} s a sequence (connecting {c.setup / k:.2f} s, closing and final checks "
                 f"{c.finish / k:.2f} s), {1000 * (c.calls + c.checks) / n:.1f} ms a step "
@@ -129,6 +133,7 @@ class ModelRun:
         summary = self.summary
         for regression in REGRESSIONS:
             self._regression(regression)
+        summary.replaying = time.monotonic() - t0
         for k in range(self.budget.sequences):
             if until is not None and time.monotonic() > until:
                 self.log(f"san model: deadline reached after {k} sequences")

@@ -147,3 +147,35 @@ def test_done_ahead_answers_each_operation_by_id_and_leaves_out_a_failed_answer(
     # It holds what it answers for: a switch that drops an operation meanwhile cannot see its id taken by a new one
     # (test_switch_flow's late completions failed so when the answers were a plain dict).
     assert answered.ops == [pending]
+
+
+def test_a_wait_after_a_refused_call_is_not_made(backend: Any) -> None:
+    """``wait_for(op, timeout, after)``: an operation is not waited for when the call it depends on failed (a
+    receive, when the send that would complete it was refused: else the wait would run its whole timeout)."""
+    a, b = backend.connect_sockets(backend.nodes[0].default_process, backend.nodes[1].default_process)
+    pb = backend.nodes[1].provider
+    sink = b.process.alloc(8)
+    recv = pb.recv(b, [(sink, pb.register_memory(b, sink, Access.WRITE))])
+    with batch(backend) as bt:
+        refused = bt.call(a.process.alloc, -1)
+        waited = bt.call(wait_for, recv, 5.0, refused.ref)
+    assert refused.error is not None and waited.error is refused.error
+    assert not recv.done()
+    pb.close_socket(b)
+
+
+def test_a_wait_after_a_call_that_returned_is_made(backend: Any) -> None:
+    a, b = backend.connect_sockets(backend.nodes[0].default_process, backend.nodes[1].default_process)
+    pa, pb = backend.nodes[0].provider, backend.nodes[1].provider
+    sink, src = b.process.alloc(8), a.process.alloc(8)
+    src.write(b"12345678")
+    recv = pb.recv(b, [(sink, pb.register_memory(b, sink, Access.WRITE))])
+    with batch(backend) as bt:
+        send = bt.call(pa.send, a, [(src, pa.register_memory(a, src, Access.READ))])
+        waited = bt.call(wait_for, recv, 5.0, send.ref)
+        bt.barrier()
+        read = bt.call(sink.read)
+    assert send.error is None and waited.value.bytes == 8
+    assert read.value == b"12345678"
+    assert [c.after for c in bt.calls] == [0, 0, 2], "the read follows both calls before the barrier"
+    pa.close_socket(a)

@@ -394,3 +394,40 @@ def test_a_call_naming_another_hosts_result_waits_for_it(sshd: Any, tmp_path: Pa
         two.provider.close_socket(sock)
     finally:
         backend.close()
+
+
+def test_a_call_behind_a_barrier_follows_every_host_s_calls(sshd: Any, tmp_path: Path) -> None:
+    """``Batch.barrier``: a call on lab2 behind it is sent only once lab1's calls before it have answered (a
+    second wave: the model's reads of one host after an operation waited for on another); lab1's own call behind
+    it stays in the first wave, after its calls in the same write."""
+    from hil.controller.together import _plan
+    from pytest_san import Status
+
+    hosts = [sshd.host_config(name=name, engine="emulator", loopback=True,
+                              extra={"san_remote_tmp": str(tmp_path)}) for name in ("lab1", "lab2")]
+    backend = HilBackend(hosts)
+    try:
+        one, two = (agent.nodes[0] for agent in backend.agents)
+        a, b = backend.connect_sockets(one.default_process, one.spawn_process())
+        src, dst, other = a.process.alloc(8), b.process.alloc(8), two.default_process.alloc(8)
+        src.write(b"written!")
+        handle = one.provider.register_memory(a, src, Access.READ)
+        desc = one.provider.register_rdma_memory(b, dst, Access.WRITE)
+        before = backend.round_trips()
+        with batch(backend) as bt:
+            op = bt.call(one.provider.rdma_write, a, [(src, handle)], desc, 0)
+            waited = bt.call(wait_for, op.ref, 10.0)
+            bt.barrier()
+            there, here = bt.call(other.read), bt.call(dst.read)
+        spent = {h: n - before[h] for h, n in backend.round_trips().items()}
+        assert [planned.wave for planned in cast(list[Any], _plan(bt.calls))] == [0, 0, 1, 0]
+        assert spent == {"lab1": 1, "lab2": 1}
+        assert waited.value.status is Status.SUCCESS
+        assert here.value == b"written!" and there.value == bytes(8)
+        unfenced = Batch(backend)
+        unfenced.call(one.provider.rdma_write, a, [(src, handle)], desc, 0)
+        unfenced.call(other.read)
+        assert [planned.wave for planned in cast(list[Any], _plan(unfenced.calls))] == [0, 0]
+        one.provider.close_socket(a)
+    finally:
+        backend.close()
