@@ -105,6 +105,10 @@ Looked = tuple[Checked, dict[Asked, Any]]
 """What a step's batch read for the check after it: what it was to compare, and each read's ``Later``."""
 
 
+Closing = tuple[int, Expect, Later[None], dict[int, Later[Completion]]]
+"""A close made in a batch: the socket, what the model expects of it, the close's ``Later``, its waits."""
+
+
 @dataclasses.dataclass
 class Made:
     """A step made: what its call returned or raised, the waits for the completions the model expected (empty
@@ -528,13 +532,20 @@ class Side:
             seen.expect.touched = Touched(registrations=opened, states=opened,
                                           nodes=set(range(len(self.world.nodes))))
             self._settled_check(seen, full=False)
-        for closed in self.close_each(model.close_all()):
-            seen.problems += closed.problems
+        closes = model.close_all()
+        # Remote: backend.leaks() lists every registration and proxy allocation left, so no proxy is asked.
+        last = Seen(Expect(touched=Touched(buffers=set(model.data),
+                                           nodes=set(range(len(self.world.nodes))) if self.full else set())))
+        checked = self.checked(last.expect, full=self.full)
+        with batch(self.world.backend) as b:  # the closes, then (behind a barrier) what the last check reads
+            closing = self._closes(b, closes)
+            b.barrier()
+            looks = self.looks(b, checked)
+        for sock_id, exp, closed, waits in closing:
+            seen.problems += self.closed(sock_id, exp, closed.error, waits if closed.error is None else None).problems
         if not seen.problems:
-            # Remote: backend.leaks() lists every registration and proxy allocation left, so no proxy is asked.
-            seen.expect.touched = Touched(buffers=set(model.data),
-                                          nodes=set(range(len(self.world.nodes))) if self.full else set())
-            self.check(seen, full=self.full)
+            seen.expect.touched = last.expect.touched
+            self.check(seen, full=self.full, looked=(checked, looks))
             leaks = [str(leak) for leak in self.world.backend.leaks()]
             if leaks:
                 seen.problem("leaks", "still alive after every socket was closed (R11): " + "; ".join(leaks))
@@ -543,24 +554,27 @@ class Side:
         self.cost.finish += time.perf_counter() - t0
         return seen
 
-    def close_each(self, closes: list[tuple[int, Expect]]) -> list[Seen]:
-        """Close each socket in turn, waiting for the completions the model expects of it."""
-        seens = []
+    def _closes(self, b: Batch, closes: list[tuple[int, Expect]]) -> list[Closing]:
+        """Each close in turn, added to ``b`` with the waits for the completions the model expects of it (made
+        only if it returned); a barrier wherever the next close is on another node, so none overtakes one before
+        it (``Model.close_all`` closes node by node)."""
+        made: list[Closing] = []
         for sock_id, exp in closes:
-            try:
-                self._provider(sock_id).close_socket(self.socks[sock_id])
-                result: object = None
-            except Exception as exc:
-                result = exc
-            seens.append(self.closed(sock_id, exp, result))
-        return seens
+            if made and self.nodes_of[made[-1][0]] != self.nodes_of[sock_id]:
+                b.barrier()
+            closed = b.call(self._provider(sock_id).close_socket, self.socks[sock_id])
+            waits = {op: b.call(wait_for, self.ops[op], self.timeout, closed.ref) for op in exp.done if op in self.ops}
+            made.append((sock_id, exp, closed, waits))
+        return made
 
-    def closed(self, sock_id: int, exp: Expect, result: object) -> Seen:
-        """The close of ``sock_id`` judged: what ``close_socket`` returned or raised, then its completions."""
+    def closed(self, sock_id: int, exp: Expect, error: BaseException | None,
+               waits: Mapping[int, Later[Completion]] | None = None) -> Seen:
+        """The close of ``sock_id`` judged: the exception ``close_socket`` raised (None: it returned), then its
+        completions (as ``waits`` saw them, else waited for now)."""
         closing = Seen(exp)
-        if isinstance(result, BaseException):
-            closing.problem("call", f"close_socket(s{sock_id}) raised {result!r}")
-        self._completions(closing)
+        if error is not None:
+            closing.problem("call", f"close_socket(s{sock_id}) raised {error!r}")
+        self._completions(closing, waits)
         return closing
 
     def abandon(self) -> bool:

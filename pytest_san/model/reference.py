@@ -243,9 +243,10 @@ class Model(TransferModel):
         return [s for s in self.socks.values() if s.state != "closed"]
 
     def close_all(self) -> list[tuple[int, Expect]]:
-        """Close every socket still open (the end of a sequence): (socket, expectation) for each."""
+        """Close every socket still open (the end of a sequence), node by node (a lab makes each node's closes in
+        one round trip): (socket, expectation) for each."""
         out = []
-        for s in self.open_sockets():
+        for s in sorted(self.open_sockets(), key=lambda sock: (sock.node, sock.id)):
             self.exp = Expect()
             self._close(s)
             out.append((s.id, self.exp))
