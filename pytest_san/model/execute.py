@@ -248,14 +248,16 @@ class Side:
 
     def catch_up(self) -> Seen | None:
         """Where a backend may end a waiting send on its own (``send-wait-bounded``), see whether it did, and
-        move the model on as it did: one ``done()`` round trip per send waiting for a receive."""
+        move the model on as it did: one look at every send waiting for a receive, together."""
         model = self.model
         assert model is not None
         if RNR_BOUNDED not in self.traits.alts:
             return None
         seen = None
-        for sock, op in self._old_waiting_sends(model):
-            if self._gave_up(op):
+        old = self._old_waiting_sends(model)
+        ended = self._gave_up(op for _, op in old)
+        for sock, op in old:
+            if op in ended:
                 gave_up = Seen(model.gave_up(sock))
                 self._completions(gave_up)
                 seen = _merged(seen or Seen(Expect()), gave_up)
@@ -269,13 +271,15 @@ class Side:
                 if op in self.ops and now - self.posted.get(op, now) > GIVE_UP_AFTER]
 
     def _gave_up_meanwhile(self, model: Model) -> bool:
-        return any(self._gave_up(op) for _, op in self._old_waiting_sends(model))
+        return bool(self._gave_up(op for _, op in self._old_waiting_sends(model)))
 
-    def _gave_up(self, op: int) -> bool:
-        """The waiting send ``op`` ended on its own: done, and not delivered. A send the step itself let
-        complete (a receive the peer posted) is done too, and the model delivers it: it did not give up."""
-        pending = self.ops[op]
-        return pending.done() and pending.wait(0).status != Status.SUCCESS
+    def _gave_up(self, ops: Iterable[int]) -> set[int]:
+        """Which of the waiting sends ``ops`` ended on their own (asked together): done, and not delivered. A send
+        the step itself let complete (a receive the peer posted) is done too, and the model delivers it: it did
+        not give up."""
+        with batch(self.world.backend) as b:
+            looks = [(op, b.call(wait_for, self.ops[op], 0)) for op in ops]
+        return {op for op, look in looks if look.error is None and look.value.status != Status.SUCCESS}
 
     def _settled_check(self, seen: Seen, *, full: bool, looked: Looked | None = None) -> None:
         """The checks (on what the step's batch ``looked`` at, if it covers them); if they fail while a send gave
