@@ -206,6 +206,8 @@ with Context(name=sys.argv[1]) as ctx, PD(ctx) as pd:
     during = [e for e in nl.read_resources(sys.argv[1])["mr"] if e.get("length") == 12288]
     release.set()
     worker.join()
+    while os.path.exists(f"/proc/self/task/{made[1]}"):  # join returns before the kernel has let the thread go
+        threading.Event().wait(0.01)
     after = nl.read_resources(sys.argv[1])
     print(json.dumps({"pid": os.getpid(), "thread": made[1], "during": during,
                       "after": [e for e in after["mr"] if e.get("length") == 12288],
@@ -219,7 +221,9 @@ def test_an_mr_made_by_a_second_thread_belongs_to_its_process() -> None:
     """Measured for issue 30 on rxe and siw (6.12): rsockets' listen thread makes an accepted socket's MRs,
     so a reading by pid showed 0 MRs for a connected server, and once that thread ended the MRs had no pid
     at all. Here a second thread of a pyverbs process registers 12 KiB: the reader names the process as the
-    MR's owner while the thread lives, and the witness lists it as unowned once the thread has ended."""
+    MR's owner while the thread lives; once the thread has ended the MR is still the process's, untagged (the
+    witness lists it as unowned) or tagged with the process's own pid: CI's fresh-clone run on rxe 6.12 at
+    cd509d4 read pid and tgid 589, the process, after the thread had ended, where earlier runs read no pid."""
     device, _port = host.select_device(os.environ.get("SAN_DEVICE"))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     out = subprocess.run([host.pyverbs_python() or "python3", "-c", _SECOND_THREAD, device], capture_output=True,
@@ -229,5 +233,6 @@ def test_an_mr_made_by_a_second_thread_belongs_to_its_process() -> None:
     assert [e["pid"] for e in ours] == [seen["thread"]] and seen["thread"] != seen["pid"]
     mrn = ours[0]["mrn"]
     untagged = {k: v for k, v in ours[0].items() if k not in ("pid", "tgid")}
-    assert [e for e in seen["after"] if e["mrn"] == mrn] == [untagged]
-    assert ["mr", mrn] in seen["unowned"]
+    after = [e for e in seen["after"] if e["mrn"] == mrn]
+    assert after in ([untagged], [{**untagged, "pid": seen["pid"], "tgid": seen["pid"]}]), after
+    assert (["mr", mrn] in seen["unowned"]) is ("pid" not in after[0])
