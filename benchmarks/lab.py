@@ -22,8 +22,9 @@ c. RDMA write bandwidth at 64 KiB between the first two guests: the harness (``h
    the first), printed as the ratio harness / ib_write_bw
    with the goal >= 0.8, PASS or MISS;
 e. the reference model on the lab's two hosts (``--model-sequences N`` sequences of 20 steps, seed 1,
-   differential; 0 skips it), ``pytest --pyargs pytest_san.model`` in a subprocess: its time, cost line and round
-   trips, beside the baseline's (``--baseline``);
+   differential; 0 skips it), ``pytest --pyargs pytest_san.model`` in a subprocess: its time per sequence (the
+   regressions' replay, once a run, timed apart by ``benchmarks/replaying.py``), cost line and round trips, beside
+   the baseline's (``--baseline``; with ``--no-suite`` only the model, ``--rounds`` times, alternating);
 f. with ``--delay-ms MS`` (benchmark only, ``benchmarks/delay.py``): the suites and the model again with a fixed
    delay on every controller-to-agent round trip, as a lab host that far away adds;
 g. with ``--per-use`` (benchmark only, ``benchmarks/unbatched.py``): what each use of calls made together
@@ -64,6 +65,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing: hil/ an
     sys.path.insert(0, str(ROOT))
 
 import delay  # noqa: E402  (benchmarks/delay.py, beside this file)
+import replaying  # noqa: E402  (benchmarks/replaying.py)
 import unbatched  # noqa: E402  (benchmarks/unbatched.py)
 
 from hil.controller.backend import Agent, HilBackend  # noqa: E402
@@ -352,12 +354,13 @@ def run_model(inventory: Path, workdir: Path, sequences: int, timeout: float, py
     seconds, divergences and round trips (benchmarks/roundtrips.py)."""
     run_dir = workdir / f"model-{label.replace(' ', '-')}-{delay_ms:g}-{time.monotonic_ns()}"
     run_dir.mkdir()
-    report, trips = run_dir / "report.json", run_dir / "round-trips.json"
-    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "-p", "delay", "--pyargs",
-            "pytest_san.model", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}",
+    report, trips, replayed = run_dir / "report.json", run_dir / "round-trips.json", run_dir / "replaying.json"
+    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "-p", "delay", "-p",
+            "replaying", "--pyargs", "pytest_san.model", "--san-backend=hil", f"--san-inventory={inventory}",
+            f"--san-report={report}",
             f"--san-model-sequences={sequences}", "--san-model-steps=20", "--san-model-seed=1",
             "--san-model-differential", *(["-p", "unbatched"] if off else [])]
-    env = _plugin_env(trips, delay_ms, off)
+    env = {**_plugin_env(trips, delay_ms, off), replaying.ENV: str(replayed)}
     label = f"{label}, {', '.join(off)} one call at a time" if off else label
     began = time.perf_counter()
     result = subprocess.run(argv, cwd=run_dir, capture_output=True, text=True, env=env, timeout=timeout,
@@ -370,6 +373,7 @@ def run_model(inventory: Path, workdir: Path, sequences: int, timeout: float, py
             spent += sum(sum(test.get(phase, {}).values()) for phase in ("setup", "call", "teardown"))
     out = {"label": label, "delay_ms": delay_ms, "seconds": took, "returncode": result.returncode,
            "model_seconds": model.get("seconds", 0.0), "sequences": model.get("sequences", 0),
+           "replaying": json.loads(replayed.read_text())["seconds"] if replayed.exists() else 0.0,
            "steps": model.get("steps", 0),
            "divergences": len(model.get("divergences", [])), "costs": model.get("costs", []), "round_trips": spent}
     print(f"  model ({label}, {delay_ms:g} ms a round trip): {took:.1f} s, exit {result.returncode}, "
@@ -382,10 +386,13 @@ def run_model(inventory: Path, workdir: Path, sequences: int, timeout: float, py
 def describe_model(runs: Sequence[dict[str, Any]]) -> list[str]:
     lines = ["  the model, 20-step sequences at seed 1, differential, its regressions first (as CI runs it):"]
     for run in runs:
-        # The model's own time (its regressions' replay included, as every tree's report counts it) per sequence.
-        per_sequence = run.get("model_seconds", run["seconds"]) / max(1, run["sequences"])
+        # Per sequence: the model's own time without the regressions' replay (once a run, timed alike in every
+        # tree by benchmarks/replaying.py), and with it spread over the sequences, as cost lines used to count.
+        model_seconds, replayed = run.get("model_seconds", run["seconds"]), run.get("replaying", 0.0)
+        count = max(1, run["sequences"])
         lines.append(f"    {run['label']:22s} {run['delay_ms']:4g} ms a round trip: {run['seconds']:7.1f} s in all, "
-                     f"{per_sequence:5.2f} s a sequence with the regressions, {run['round_trips']} round trips, "
+                     f"{(model_seconds - replayed) / count:5.2f} s a sequence ({model_seconds / count:5.2f} with "
+                     f"the {replayed:.1f} s replaying the regressions), {run['round_trips']} round trips, "
                      f"{run['divergences']} divergences")
         lines += [f"      {cost}" for cost in run["costs"]]
     return lines
