@@ -98,7 +98,7 @@ class DmaAdapterBooks:
         check_flag("allocate_common_buffer", "cache_enabled", cache_enabled)
         if length <= 0:
             return None
-        taken = self._take(length)
+        taken = self._take(length, cache_enabled)
         if taken is None:
             return None
         virtual, logical, held = taken
@@ -132,9 +132,9 @@ class DmaAdapterBooks:
         if self.put:
             raise einval(f"{call}: {self!r} was already put")
 
-    def _take(self, length: int) -> tuple[int, int, object] | None:
+    def _take(self, length: int, cache_enabled: bool) -> tuple[int, int, object] | None:
         """(virtual, logical, what ``_give_back`` needs) of ``length`` contiguous bytes this adapter can reach,
-        or None."""
+        mapped cached or not as ``cache_enabled`` says where the platform can tell them apart, or None."""
         raise NotImplementedError
 
     def _give_back(self, buf: CommonBuffer) -> None:

@@ -153,6 +153,31 @@ class Proxy(Protocol):
         ...
 
 
+class DirectIoProxy(Protocol):
+    """Optional, for a proxy (capability ``"direct_io"``): DO_DIRECT_IO's access to user buffers (P1), where the
+    proxy can show it. The I/O manager locks a requester's own pages for a direct-I/O driver (an MDL), so that the
+    switch and the NIC move data through them, never through a copy.
+
+    ``pin(buffer)`` locks the pages of ``buffer`` in its own process where they are, until ``free(allocation)``;
+    the Allocation's ``physical_runs`` are the frames locked, covering exactly the buffer's bytes (the first
+    run starts at the buffer's offset in its page). ``physical_runs(buffer)`` says where the buffer's bytes are
+    now, as its process's page tables map them (Linux: /proc/PID/pagemap). ``compact_memory()`` asks the host
+    to move every page it may move now (Linux: vm.compact_memory), so that a pin can be told from a page that
+    merely has not moved yet."""
+
+    def pin(self, buffer: Buffer) -> Allocation: ...
+    def physical_runs(self, buffer: Buffer) -> Sequence[tuple[int, int]]: ...
+    def compact_memory(self) -> None: ...
+
+
+class CacheTypeProxy(Protocol):
+    """Optional, for a proxy (capability ``"cache_types"``): ``cache_type_of(base)`` is the cache type the live
+    contiguous block at physical ``base`` is really mapped with, read back from the page table where the
+    platform has one (P4), not what the proxy remembers it was asked."""
+
+    def cache_type_of(self, base: int) -> CacheType: ...
+
+
 @runtime_checkable
 class Process(Protocol):
     """A process on a node, with its own virtual address space."""

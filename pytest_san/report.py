@@ -14,6 +14,17 @@ RULE_IDS: tuple[str, ...] = tuple(f"R{i}" for i in range(1, 15)) + tuple(f"P{i}"
 """Every rule of the conformance catalog (CONTRACT.md section 3), in catalog order."""
 
 LEAK_RULE = "R11"
+PIN_LEAK = "pin"
+"""The kind of a leak the kernel's books of pinned pages found (hil's pin witness): a page pinned that no
+registration or proxy pin of the books needs, or one a live registration does not pin. It counts against R12
+as well as R11."""
+
+
+def leak_rules(leaks: Iterable[str]) -> list[str]:
+    """The rules a test's leaks (``str(Leak)``: ``"node: kind detail"``) count against: R11, and R12 too when one
+    is a pin leak."""
+    kinds = {leak.partition(": ")[2].partition(" ")[0] for leak in leaks}
+    return [LEAK_RULE, *(["R12"] if PIN_LEAK in kinds else [])] if kinds else []
 """A registration or allocation left after close is evidence against this rule."""
 
 Outcome = Literal["passed", "failed", "skipped", "deviating"]
@@ -151,15 +162,16 @@ class ConformanceReport:
             self.model.merge(result)
 
     def record(self, nodeid: str, rules: Iterable[str], outcome: Outcome, reason: str = "", *,
-               leaked: bool = False) -> TestResult:
-        """Record a finished test. A leak fails the test and counts against R11 as well."""
+               leaked: bool = False, leak_ids: Iterable[str] = ()) -> TestResult:
+        """Record a finished test. A leak fails the test and counts against R11 as well (and against
+        ``leak_ids``, the rules ``leak_rules`` names for its leaks)."""
         ids = list(rules)
         unknown = [rule for rule in ids if not is_rule_id(rule)]
         if unknown:
             raise ValueError(f"{nodeid}: unknown rule id(s) {', '.join(map(repr, unknown))}")
         if leaked:
             outcome = "failed"
-            ids.append(LEAK_RULE)
+            ids += list(leak_ids) or [LEAK_RULE]
         result = TestResult(nodeid, catalog_order(ids), outcome, reason)
         self.tests.append(result)
         return result

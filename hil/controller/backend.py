@@ -89,6 +89,7 @@ class Agent:
         self.witness: dict[str, Any] | None = witness if isinstance(witness, dict) else None
         self.readings: list[dict[str, Any]] = []  # the witness's readings, as the end-of-test batch brought them
         self.workarounds = hello.get("workarounds")  # the kernel workarounds the engine applies on this host
+        self.proxy = hello.get("proxy")  # which proxy driver runs there: the kernel module or the stand-in
 
     @property
     def witnessed(self) -> bool:
@@ -233,7 +234,8 @@ class HilBackend:
         self.lease_log.start([a.host.name for a in self.agents])
         self.kernel_log = KernelLog()  # the report's "kernel" and "kernel_resources"
         for agent in self.agents:
-            self.kernel_log.host(agent.host.name, agent.kernel_release, agent.witness, agent.workarounds)
+            self.kernel_log.host(agent.host.name, agent.kernel_release, agent.witness, agent.workarounds,
+                                     agent.proxy)
         self._capabilities = combined_capabilities([a.capabilities for a in self.agents], len(self.nodes))
 
     @property
@@ -383,7 +385,8 @@ class HilBackend:
                                    f"again: {why}")
                     raise BackendBroken(self.broken) from exc
                 self.lease_log.start([a.host.name for a in self.agents])
-                self.kernel_log.host(agent.host.name, agent.kernel_release, agent.witness, agent.workarounds)
+                self.kernel_log.host(agent.host.name, agent.kernel_release, agent.witness, agent.workarounds,
+                                     agent.proxy)
 
     def reset(self) -> None:
         self._replace_dead()

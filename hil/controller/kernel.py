@@ -24,14 +24,18 @@ class KernelLog:
 
     def __init__(self) -> None:
         self.kernels: dict[str, str] = {}
+        self.proxies: dict[str, dict[str, Any]] = {}  # the report's "proxy": which proxy driver ran on each host
         self.record: dict[str, dict[str, Any]] = {}  # the report's "kernel_resources", filled as it goes
         self._pending: dict[str, list[dict[str, Any]]] = {}
 
-    def host(self, name: str, release: object, witness: object, workarounds: object = None) -> None:
+    def host(self, name: str, release: object, witness: object, workarounds: object = None,
+             proxy: object = None) -> None:
         """What a host's (possibly restarted) agent said in its hello: its kernel, its witness, the kernel
-        workarounds its engine applies there (hil/agent/engines/verbs/quirks.py)."""
+        workarounds its engine applies there (hil/agent/engines/verbs/quirks.py), its proxy driver."""
         if isinstance(release, str):
             self.kernels[name] = release
+        if isinstance(proxy, Mapping):
+            self.proxies[name] = dict(proxy)
         entry = self.record.setdefault(name, {"tests": [], "session_end": None})
         if isinstance(workarounds, list):
             entry["workarounds"] = [str(w) for w in workarounds]
@@ -62,7 +66,8 @@ class KernelLog:
             for test in entry["tests"]:
                 out += [f"{name}: {test['nodeid']}: {f['at']}: {f['finding']}" for f in test["findings"]]
             end = entry.get("session_end") or {}
-            out += [f"{name}: at the session's end: {f}" for f in end.get("findings", ())]
+            found = (*end.get("findings", ()), *end.get("pin_findings", ()))
+            out += [f"{name}: at the session's end: {f}" for f in found]
         return out
 
 
@@ -77,6 +82,9 @@ def summarize(nodeid: str, readings: list[dict[str, Any]]) -> dict[str, Any]:
         test[at] = reading.get("processes", {}) if "unavailable" not in reading else {
             "unavailable": reading["unavailable"]}
         test["findings"] += [{"at": at, "finding": f} for f in reading.get("findings", ())]
+        test["findings"] += [{"at": at, "finding": f, "rule": "R12"} for f in reading.get("pin_findings", ())]
+        if reading.get("pinned_pages"):
+            test.setdefault("pinned_pages", {})[at] = reading["pinned_pages"]
     return test
 
 

@@ -14,7 +14,9 @@ from pytest_san.contract import Access, CacheType, Completion, DeviceDescription
 from pytest_san.protocols import (
     Allocation,
     Buffer,
+    CacheTypeProxy,
     Descriptor,
+    DirectIoProxy,
     DmaAdapter,
     Handle,
     LocalBuffers,
@@ -540,6 +542,18 @@ class RemoteProxy(Remote):
     def live_allocations(self) -> int:
         return int(self._call("live_allocations"))
 
+    def pin(self, buffer: Buffer) -> RemoteAllocation:
+        return self.session.obj(self._call("pin", buffer), RemoteAllocation)
+
+    def physical_runs(self, buffer: Buffer) -> list[tuple[int, int]]:
+        return [(int(a), int(n)) for a, n in self._call("physical_runs", buffer)]
+
+    def compact_memory(self) -> None:
+        self._call("compact_memory")
+
+    def cache_type_of(self, base: int) -> CacheType:
+        return CacheType(self._call("cache_type_of", base))
+
 
 # mypy checks each stand-in against the protocol it stands in for (no runtime cost).
 if TYPE_CHECKING:
@@ -554,3 +568,5 @@ if TYPE_CHECKING:
     def _is_allocation(a: RemoteAllocation) -> Allocation: return a
     def _is_adapter(a: RemoteDmaAdapter) -> DmaAdapter: return a
     def _is_proxy(p: RemoteProxy) -> Proxy: return p
+    def _is_direct_io(p: RemoteProxy) -> DirectIoProxy: return p
+    def _is_cache_type(p: RemoteProxy) -> CacheTypeProxy: return p

@@ -1,4 +1,4 @@
-"""The report's ``"kernel"`` and ``"kernel_resources"`` (SPEC 5.1), under pytest and pytest-xdist.
+"""The report's ``"kernel"``, ``"kernel_resources"`` and ``"proxy"`` (SPEC 5.1), under pytest and pytest-xdist.
 
 The backend's :class:`~hil.controller.kernel.KernelLog` gathers what each host's agent said (its kernel
 release, the kernel witness's readings from every end-of-test batch). Here each test's readings are filed
@@ -21,7 +21,7 @@ from pytest_san.plugin.hooks import created_backend
 
 WORKEROUTPUT_KERNEL = "san_kernel"
 MERGED_KEY = pytest.StashKey[dict[str, Any]]()
-"""In the xdist controller: {"kernel": {...}, "kernel_resources": {...}} of every finished worker."""
+"""In the xdist controller: {"kernel": {...}, "kernel_resources": {...}, "proxy": {...}} of every finished worker."""
 
 
 def _backend(config: pytest.Config) -> HilBackend | None:
@@ -48,7 +48,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput: dict[str, Any] | None = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput[WORKEROUTPUT_KERNEL] = {"kernel": dict(backend.kernel_log.kernels),
-                                             "kernel_resources": backend.kernel_log.record}
+                                             "kernel_resources": backend.kernel_log.record,
+                                             "proxy": dict(backend.kernel_log.proxies)}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -57,23 +58,55 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     data = (getattr(node, "workeroutput", None) or {}).get(WORKEROUTPUT_KERNEL)
     config: pytest.Config | None = getattr(node, "config", None)
     if data and config is not None:
-        merged = config.stash.setdefault(MERGED_KEY, {"kernel": {}, "kernel_resources": {}})
+        merged = config.stash.setdefault(MERGED_KEY, {"kernel": {}, "kernel_resources": {}, "proxy": {}})
         merged["kernel"].update(data.get("kernel", {}))
+        merged["proxy"].update(data.get("proxy", {}))
         merge_records(merged["kernel_resources"], data.get("kernel_resources", {}))
 
 
 def pytest_san_conformance(config: pytest.Config, report: dict[str, Any]) -> None:
-    """Add ``"kernel"`` (host -> kernel release) and ``"kernel_resources"`` (host -> the kernel's record)."""
+    """Add ``"kernel"`` (host -> kernel release), ``"kernel_resources"`` (host -> the kernel's record) and
+    ``"proxy"`` (host -> which proxy driver ran there: ``{"kind": "kernel module", "module": "san_proxy", ...}`` or
+    ``{"kind": "userspace stand-in", "why": ...}``)."""
     merged = config.stash.get(MERGED_KEY, None)
     backend = _backend(config)
     if merged is None and backend is None:
         return
     kernels: dict[str, str] = dict(merged["kernel"]) if merged else {}
+    proxies: dict[str, Any] = dict(merged["proxy"]) if merged else {}
     resources: dict[str, Any] = {}
     if merged:
         merge_records(resources, merged["kernel_resources"])
     if backend is not None:
         kernels.update(backend.kernel_log.kernels)
+        proxies.update(backend.kernel_log.proxies)
         merge_records(resources, backend.kernel_log.record)
     report["kernel"] = dict(sorted(kernels.items()))
     report["kernel_resources"] = dict(sorted(resources.items()))
+    if proxies:
+        report["proxy"] = dict(sorted(proxies.items()))
+
+
+def proxy_line(proxies: dict[str, Any]) -> str:
+    """One line naming each host's proxy driver: the kernel module, or the stand-in and why."""
+    parts = []
+    for host, proxy in sorted(proxies.items()):
+        if proxy.get("kind") == "kernel module":
+            parts.append(f"{host}: kernel module {proxy.get('module')} (abi {proxy.get('abi')})")
+        else:
+            why = f" ({proxy['why']})" if proxy.get("why") else ""
+            parts.append(f"{host}: {proxy.get('kind', 'unknown')}{why}")
+    return "proxy driver: " + "; ".join(parts)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    merged = config.stash.get(MERGED_KEY, None)
+    backend = _backend(config)
+    proxies: dict[str, Any] = dict(merged["proxy"]) if merged else {}
+    if backend is not None:
+        proxies.update(backend.kernel_log.proxies)
+    if proxies:
+        terminalreporter.write_line(proxy_line(proxies))

@@ -16,7 +16,8 @@ OBJECTS: dict[str, frozenset[str]] = {
                            "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv",
                            "close_socket", "getsockopt", "registrations", "supports_rdma_read"}),
     "proxy": frozenset({"device_flags", "nolowmem", "set_nolowmem", "allocate", "free", "allocate_contiguous",
-                        "free_contiguous", "get_dma_adapter", "put_dma_adapter", "live_allocations"}),
+                        "free_contiguous", "get_dma_adapter", "put_dma_adapter", "live_allocations",
+                        "pin", "physical_runs", "compact_memory", "cache_type_of"}),
     "adapter": frozenset({"allocate_common_buffer", "free_common_buffer", "dma32"}),
     "socket": frozenset({"state"}),
     "operation": frozenset({"done", "wait"}),
@@ -31,4 +32,5 @@ CHILD = frozenset((
     "rdma_write", "rdma_read", "rdma_write_burst", "rdma_read_burst", "send", "recv", "close_socket",
     "getsockopt", "registrations",
     "supports_rdma_read", "op_wait", "op_done", "leaks", "reset", "exit", "kernel_declared",
+    "proxy_pin", "proxy_unpin", "proxy_frames",
 ))

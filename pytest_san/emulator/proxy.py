@@ -21,8 +21,10 @@ from ..contract import (
 )
 from ..contract import is_int as _is_int
 from ..dma import CommonBuffer, DmaAdapterBooks, check_description, checked_put
-from ..protocols import Allocation, DmaAdapter
+from ..protocols import Allocation, Buffer, DmaAdapter
 from .memory import FOUR_GIB_FRAME, PAGE_SHIFT, PhysicalMemory
+from .paging import Page, PageFrames, runs
+from .process import EmulatedBuffer
 
 _new = object.__new__
 
@@ -74,6 +76,28 @@ class EmulatedAllocation:
         return f"<pinned allocation of {self._owner.node_name}: {self.length} bytes at {self._first << PAGE_SHIFT:#x}>"
 
 
+class EmulatedPin:
+    """A process buffer's pages locked where they are (DO_DIRECT_IO, P1): ``physical_runs`` cover exactly its
+    bytes. It ends with ``free``, or with its process."""
+
+    __slots__ = ("_owner", "_pages", "length", "physical_runs", "process")
+
+    def __init__(self, owner: EmulatedProxy, buffer: EmulatedBuffer, pages: list[Page],
+                 physical_runs: tuple[tuple[int, int], ...]) -> None:
+        self._owner = owner
+        self._pages = pages
+        self.process = buffer.process
+        self.length = buffer.length
+        self.physical_runs = physical_runs
+
+    def _release(self) -> None:
+        self._owner._pins.remove(self)
+        self._owner.paging.unpin(self._pages)
+
+    def __repr__(self) -> str:
+        return f"<pin of {self.length} bytes of pid {self.process.pid} on {self._owner.node_name}>"
+
+
 @dataclasses.dataclass(frozen=True)
 class _Block:
     """A contiguous block (P4)."""
@@ -96,7 +120,7 @@ class EmulatedDmaAdapter(DmaAdapterBooks):
         super().__init__(dma32)
         self._owner = owner
 
-    def _take(self, length: int) -> tuple[int, int, object] | None:
+    def _take(self, length: int, cache_enabled: bool) -> tuple[int, int, object] | None:
         owner = self._owner
         first = owner.memory.take_contiguous(_frames(length), *_COMMON_BUFFER_FRAMES[self.dma32, owner.nolowmem])
         if first is None:
@@ -129,6 +153,8 @@ class EmulatedProxy:
         self._allocations: set[EmulatedAllocation] = set()
         self._blocks: dict[int, _Block] = {}  # base -> block
         self._adapters: set[EmulatedDmaAdapter] = set()
+        self.paging = PageFrames(self.memory)
+        self._pins: set[EmulatedPin] = set()
 
     # -- P1, P3 ------------------------------------------------------------------------------
 
@@ -144,6 +170,46 @@ class EmulatedProxy:
         if type(enabled) is not bool:
             raise TypeError(f"set_nolowmem takes True or False, got {enabled!r:.80}")
         self._nolowmem = enabled
+
+    # -- P1: direct I/O on the caller's own pages (DirectIoProxy) ----------------------------
+
+    def _pages(self, call: str, buffer: Buffer) -> tuple[EmulatedBuffer, list[Page]]:
+        """``buffer``, a wholly mapped, non-empty buffer of a live process of this node, and its pages."""
+        if not isinstance(buffer, EmulatedBuffer):
+            raise SanError(WsaError.WSAEFAULT, f"{call}: {buffer!r:.80} is no buffer of a process of {self.node_name}")
+        if type(buffer.length) is int and buffer.length < 0:
+            raise _einval(f"{call}: {buffer!r} has a negative length")
+        if buffer.process.node.name != self.node_name or buffer.mem is None or buffer.length <= 0 \
+                or not buffer.process.alive:
+            raise SanError(WsaError.WSAEFAULT, f"{call}: {buffer!r} is not memory of a live process of "
+                                               f"{self.node_name} (or is empty)")
+        return buffer, self.paging.pages(buffer.process, buffer.address, buffer.length)
+
+    def _frames(self, call: str, pages: list[Page]) -> list[int]:
+        frames = self.paging.frames(pages, _FLOOR[self._nolowmem])
+        if frames is None:
+            raise SanError(WsaError.WSAENOBUFS, f"{call}: no free page frames on {self.node_name}")
+        return frames
+
+    def pin(self, buffer: Buffer) -> EmulatedPin:
+        mine, pages = self._pages("pin", buffer)
+        frames = self._frames("pin", pages)
+        self.paging.pin(pages)
+        pin = EmulatedPin(self, mine, pages, runs(frames, mine.address, mine.length))
+        self._pins.add(pin)
+        return pin
+
+    def physical_runs(self, buffer: Buffer) -> tuple[tuple[int, int], ...]:
+        _, pages = self._pages("physical_runs", buffer)
+        return runs(self._frames("physical_runs", pages), buffer.address, buffer.length)
+
+    def compact_memory(self) -> None:
+        self.paging.compact(_FLOOR[self._nolowmem])
+
+    def _ended_pins(self) -> None:
+        """A pin whose process ended is gone: its exit released it."""
+        for pin in [p for p in self._pins if not p.process.alive]:
+            pin._release()
 
     # -- P2: pinned pages (the hot path of every registration) -------------------------------
 
@@ -169,6 +235,11 @@ class EmulatedProxy:
         return allocation
 
     def free(self, allocation: Allocation) -> None:
+        if type(allocation) is EmulatedPin:
+            self._ended_pins()
+            if allocation in self._pins:
+                allocation._release()
+                return
         # Membership in our own books refuses double frees and foreign objects alike.
         if type(allocation) is not EmulatedAllocation or allocation not in self._allocations:
             raise _einval(f"free: {allocation!r:.120} is not a live allocation of the proxy of {self.node_name} "
@@ -215,6 +286,13 @@ class EmulatedProxy:
                           f"live: {list(self._blocks.values())}")
         block._release()
 
+    def cache_type_of(self, base: int) -> CacheType:
+        """The cache type of the live block at ``base`` (CacheTypeProxy): the model maps it as asked."""
+        block = self._blocks.get(base) if _is_int(base) else None
+        if block is None:
+            raise _einval(f"cache_type_of({base!r:.40}): no live contiguous block of {self.node_name} starts there")
+        return block.cache
+
     @staticmethod
     def _cache_type(value: CacheType) -> CacheType:
         try:
@@ -243,7 +321,8 @@ class EmulatedProxy:
     def live(self) -> list[object]:
         """Everything handed out and not yet freed or put: allocations, contiguous blocks, then each adapter's
         common buffers and the adapter."""
-        things: list[object] = [*self._allocations, *self._blocks.values()]
+        self._ended_pins()
+        things: list[object] = [*self._allocations, *self._pins, *self._blocks.values()]
         for adapter in self._adapters:
             things += [*adapter.buffers.values(), adapter]
         return things
@@ -254,9 +333,10 @@ class EmulatedProxy:
 
     def reset(self) -> None:
         """Give back everything still alive (after a leak was reported) and clear fault injection."""
-        alive: list[_Live] = [*self._allocations, *self._blocks.values(), *self._adapters]
+        alive: list[_Live] = [*self._allocations, *self._pins, *self._blocks.values(), *self._adapters]
         for thing in alive:  # an adapter gives back its common buffers with itself
             thing._release()
+        self.paging.forget_ended()
         self._fail_next = self._fail_after = 0
 
     def __repr__(self) -> str:

@@ -18,7 +18,9 @@ import pytest
 from ..contract import PAGE_SIZE, Access, CacheType, Completion, DeviceDescription, SanError
 from ..protocols import (
     Buffer,
+    CacheTypeProxy,
     Descriptor,
+    DirectIoProxy,
     Handle,
     LocalBuffers,
     Node,
@@ -239,6 +241,20 @@ class DelegatingProxy(Wrapper):
 
     def live_allocations(self) -> int:
         return self.inner.live_allocations()
+
+    # DirectIoProxy and CacheTypeProxy (capabilities "direct_io", "cache_types"): forwarded as they are; a node
+    # whose proxy lacks them lacks the capability (pytest_san.plugin.capabilities).
+    def pin(self, buffer: Buffer) -> Any:
+        return cast(DirectIoProxy, self.inner).pin(buffer)
+
+    def physical_runs(self, buffer: Buffer) -> Any:
+        return cast(DirectIoProxy, self.inner).physical_runs(buffer)
+
+    def compact_memory(self) -> None:
+        cast(DirectIoProxy, self.inner).compact_memory()
+
+    def cache_type_of(self, base: int) -> CacheType:
+        return cast(CacheTypeProxy, self.inner).cache_type_of(base)
 
 
 class Finished:

@@ -7,6 +7,7 @@ is theirs:
 1. the backend's set for the node (a claim about the backend's *own* provider, such as ``reference_order``,
    is dropped when a plugin replaced or wrapped that provider: a provider under test claims it itself);
 2. ``rdma_read`` is there exactly when ``provider.supports_rdma_read`` is true (where it has the property);
+   ``direct_io`` and ``cache_types`` only while the proxy has their methods (``PROXY_METHODS``);
 3. ``san_capabilities`` of the provider, then of the proxy (optional, a mapping): each name mapped to True is
    added, each mapped to False removed (e.g. ``{"contiguous": False, "dma_adapter": False}`` for a platform
    without them);
@@ -29,6 +30,13 @@ if TYPE_CHECKING:
 PROVIDER_CLAIMS = frozenset({"reference_order"})
 """Capabilities a backend states about its own provider's behaviour, not about the host: a node whose provider a
 plugin returned does not inherit them."""
+
+PROXY_METHODS: dict[str, tuple[str, ...]] = {
+    "direct_io": ("pin", "physical_runs", "compact_memory"),  # protocols.DirectIoProxy
+    "cache_types": ("cache_type_of",),  # protocols.CacheTypeProxy
+}
+"""Capabilities that are methods of the proxy under test: a node keeps the backend's word for one only while its
+proxy has the methods (a plugin's proxy without them cannot be asked, whatever the host offers)."""
 
 REPLACED_KEY = pytest.StashKey[dict[int, tuple[object, bool, bool]]]()
 """id(node) -> (node, provider replaced, proxy replaced): what the make-provider/make-proxy hooks did."""
@@ -93,7 +101,12 @@ def _computed(config: pytest.Config, backend: Backend,
     reads = getattr(provider, "supports_rdma_read", None)
     if reads is not None:  # a provider without the property (a backend's stand-in) leaves the backend's word
         change("rdma_read", bool(reads), provider_lacks, "its supports_rdma_read is false")
-    for obj, who in ((provider, provider_lacks), (proxy, f"proxy {type(proxy).__name__} lacks")):
+    proxy_lacks = f"proxy {type(proxy).__name__} lacks"
+    for name, methods in PROXY_METHODS.items():
+        missing = [m for m in methods if not callable(getattr(proxy, m, None))]
+        if name in caps and missing:
+            change(name, False, proxy_lacks, f"it has no {', '.join(missing)}")
+    for obj, who in ((provider, provider_lacks), (proxy, proxy_lacks)):
         for name, present in _declared(obj).items():
             change(name, present, who, "its san_capabilities maps it to False")
     before = frozenset(caps)

@@ -9,7 +9,7 @@ import pytest
 
 from ..contract import SanError, WsaError
 from ..protocols import CountsRoundTrips, EndsTests
-from ..report import LEAK_RULE
+from ..report import leak_rules
 from .hooks import LEAKS_KEY, SAN_FIXTURES, created_backend, get_backend, uses_san_fixtures
 
 if TYPE_CHECKING:
@@ -105,8 +105,8 @@ def san_proxy(san_backend: Backend) -> Proxy:
 
 
 def leak_message(leaks: list[str]) -> str:
-    lines = [f"SAN leak ({LEAK_RULE}): {len(leaks)} registration(s) or allocation(s) still alive after "
-             "the test's sockets were closed (backend reset for the next test):"]
+    lines = [f"SAN leak ({'/'.join(leak_rules(leaks))}): {len(leaks)} registration(s), allocation(s) or pin(s) "
+             "still alive after the test's sockets were closed (backend reset for the next test):"]
     lines += [f"  {leak}" for leak in leaks]
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from ..report import LEAK_RULE, ConformanceReport, ModelResult, Outcome, catalog_order, is_rule_id, worse
+from ..report import ConformanceReport, ModelResult, Outcome, catalog_order, is_rule_id, leak_rules, worse
 from .backends import backend_entry_points, load_backend_plugin, make_backend
 from .capabilities import common, every_node, missing_reason, note_replacement
 from .options import DEFAULT_BACKEND
@@ -281,9 +281,9 @@ class ReportRecorder:
         del pending[report.nodeid]
         leaks: list[str] = getattr(report, _LEAKS_ATTR, None) or []
         if leaks and tally.reason.startswith("error in teardown"):
-            tally.reason = f"{LEAK_RULE} leak: " + "; ".join(leaks)
+            tally.reason = f"{'/'.join(leak_rules(leaks))} leak: " + "; ".join(leaks)
         self.config.stash[REPORT_KEY].record(report.nodeid, rules, tally.outcome, tally.reason,
-                                             leaked=bool(leaks))
+                                             leaked=bool(leaks), leak_ids=leak_rules(leaks))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ..report import LEAK_RULE, OUTCOMES, RULE_IDS, ConformanceReport, ModelResult, catalog_order
+from ..report import OUTCOMES, RULE_IDS, ConformanceReport, ModelResult, catalog_order, leak_rules
 from .hooks import REPORT_KEY, marker_args
 from .model import FIXTURE, SUITE_MODEL_KEY
 
@@ -37,8 +37,7 @@ def _html_report(config: pytest.Config) -> bool:
 def rules_of(report: Any) -> list[str]:
     """The rule ids a phase report of a SAN test carries (none for other tests)."""
     rules = list(getattr(report, "san_rules", None) or [])
-    if getattr(report, "san_leaks", None):
-        rules.append(LEAK_RULE)
+    rules += leak_rules(getattr(report, "san_leaks", None) or [])
     return list(catalog_order(rules))
 
 

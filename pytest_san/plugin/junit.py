@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ..report import LEAK_RULE, catalog_order
+from ..report import catalog_order, leak_rules
 from .deviations import DEVIATED_KEY, verdict_dicts
 from .fixtures import ROUND_TRIPS_PROPERTY
 from .hooks import LEAKS_KEY, REPORT_KEY, backend_name, is_san_test, marker_args
@@ -53,8 +53,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.user_properties = [p for p in report.user_properties if p[0] != ROUND_TRIPS_PROPERTY]
     if call.when == "teardown" and per_test and is_san_test(item):
         rules = [str(rule) for rule in marker_args(item, "san_rule")]
-        if item.stash.get(LEAKS_KEY, []):
-            rules.append(LEAK_RULE)
+        leaks: list[str] = item.stash.get(LEAKS_KEY, [])
+        rules += leak_rules(leaks)
         report.user_properties += [("san_rule", rule) for rule in catalog_order(rules)]
         report.user_properties.append(("san_backend", _backend(config)))
         if DEVIATED_KEY in item.stash:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_san.report import RULE_IDS, ConformanceReport, TestResult
+from pytest_san.report import RULE_IDS, ConformanceReport, TestResult, leak_rules
 
 # A backend that only does what the plugin needs: named "fake", leaks what a test puts in `live`,
 # and logs when it is made and closed so tests can count.
@@ -497,7 +497,7 @@ def test_leak_fails_the_test_and_counts_against_r11(fake: pytest.Pytester) -> No
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines([
         "*ERROR at teardown of test_leaks*",
-        "SAN leak (R11): 2 registration(s) or allocation(s) still alive after the test's sockets*",
+        "SAN leak (R11): 2 registration(s), allocation(s) or pin(s) still alive after the test's sockets*",
         "  n0: registration memory 0x1000+4096",
         "  n1: allocation 8192 bytes",
     ])
@@ -688,6 +688,19 @@ def test_xdist_workers_reports_are_merged(fake: pytest.Pytester) -> None:
 
 
 # --- ConformanceReport on its own ----------------------------------------------------------
+
+def test_a_pin_leak_counts_against_r12_too() -> None:
+    """A page the kernel still holds pinned for nothing (hil's pin witness, kind "pin") breaks R12 as well as R11;
+    other leaks R11 alone."""
+    assert leak_rules([]) == []
+    assert leak_rules(["n0: registration memory 0x1000+4096", "n1: allocation 8192 bytes"]) == ["R11"]
+    assert leak_rules(["lab1: registration x", "lab1: pin with the leak check: pid 7 has 2 page(s) pinned"]) == \
+        ["R11", "R12"]
+    assert leak_rules(["lab1: pinned-ish allocation"]) == ["R11"]  # the kind is the word, not a prefix
+    report = ConformanceReport("hil", set())
+    report.record("t.py::p", ["P2"], "passed", leaked=True, leak_ids=leak_rules(["lab1: pin x"]))
+    assert report.tests[0].rules == ("R11", "R12", "P2") and report.tests[0].outcome == "failed"
+
 
 def test_report_record_and_round_trip() -> None:
     report = ConformanceReport("emulator", {"rdma_read"})

@@ -20,7 +20,7 @@ from pytest_san.emulator import (
     EmulatedSocket,
     EmulatorBackend,
 )
-from pytest_san.emulator.proxy import EmulatedAllocation, EmulatedDmaAdapter
+from pytest_san.emulator.proxy import EmulatedAllocation, EmulatedDmaAdapter, EmulatedPin
 
 
 class EmulatorEngine:
@@ -81,5 +81,5 @@ _KINDS: list[tuple[type, str]] = [
     (EmulatorEngine, "engine"), (EmulatedNode, "node"), (EmulatedProcess, "process"),
     (EmulatedProvider, "provider"), (EmulatedProxy, "proxy"), (EmulatedSocket, "socket"),
     (EmulatedOperation, "operation"), (WindowedBurst, "operation"), (EmulatedAllocation, "allocation"),
-    (EmulatedDmaAdapter, "adapter"),
+    (EmulatedPin, "allocation"), (EmulatedDmaAdapter, "adapter"),
 ]

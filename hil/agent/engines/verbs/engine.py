@@ -13,6 +13,8 @@ from typing import Any
 
 from hil.agent.engines.verbs.children import ChildProcess
 from hil.agent.engines.verbs.devices import device_address, select_device
+from hil.agent.engines.verbs.kernel_proxy import KernelProxy
+from hil.agent.engines.verbs.pin_witness import PinWitness
 from hil.agent.engines.verbs.proxy import PinnedProxy, host_capabilities
 from hil.agent.engines.verbs.quirks import applied, driver_of
 from hil.agent.engines.verbs.witness import KernelWitness
@@ -221,22 +223,31 @@ class VerbsProvider:
 
 
 class VerbsProxy:
-    """The proxy: pinned memory of the host, plus the pages the NIC pinned for registrations (R12).
+    """The proxy: ``inner`` (the kernel module's where the host has it, else the userspace stand-in), plus the
+    pages the NIC pinned for registrations (R12).
 
     On Linux ibv_reg_mr pins the registered pages in the kernel; each live registration is counted
     as one pinned allocation, so the balance of R12 is what the host really holds.
     """
 
-    def __init__(self, engine: VerbsEngine, pinned: PinnedProxy) -> None:
+    def __init__(self, engine: VerbsEngine, inner: KernelProxy | PinnedProxy) -> None:
         self.engine = engine
-        self.pinned = pinned
+        self.inner = inner
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.pinned, name)
+        return getattr(self.inner, name)
 
     def live_allocations(self) -> int:
         registered = sum(len(self.engine.provider.registrations(s)) for s in self.engine.open_sockets())
-        return int(self.pinned.live_allocations()) + registered
+        return int(self.inner.live_allocations()) + registered
+
+
+def host_proxy(host: str) -> KernelProxy | PinnedProxy:
+    """The kernel module's proxy where /dev/san_proxy opens, else the userspace stand-in, told why."""
+    try:
+        return KernelProxy(host)
+    except (OSError, SanError) as exc:  # no module loaded, or it answers no INFO
+        return PinnedProxy(host, why=f"no kernel proxy: {exc}")
 
 
 class VerbsNode:
@@ -274,11 +285,12 @@ class VerbsEngine:
         self.processes: list[ModelledProcess] = []
         self._spare: ChildProcess | None = None  # started, not yet a process (never a leak: it holds nothing)
         self.witness = KernelWitness(self.device)  # the kernel's record of what our processes hold
+        self.pin_witness = PinWitness()  # and its books of pinned pages (R12)
         self._exited: list[int] = []  # pids of processes that ended: the kernel must hold nothing of theirs
         self._leaked = False
         self.node = VerbsNode(self, host)
         self.provider = VerbsProvider(self)
-        self.proxy = VerbsProxy(self, PinnedProxy(host))
+        self.proxy = VerbsProxy(self, host_proxy(host))
         self.default_process = self.spawn(spare=False)  # a spare only once processes are spawned: a quick hello
         self.faults = None
         self.observed: list[RsocketsChild] = []  # processes under observation (killed at reset and close)
@@ -319,7 +331,7 @@ class VerbsEngine:
 
     def hello(self) -> dict[str, Any]:
         # reference_order: its checks are pytest_san.checks', in their order (the agent's and the child's stages).
-        caps = set(host_capabilities(self.proxy.pinned, self.default_process.child.hello)) | {"process_kill",
+        caps = set(host_capabilities(self.proxy.inner, self.default_process.child.hello)) | {"process_kill",
                                                                                             checks.REFERENCE_ORDER}
         if rsockets_library() is not None:
             caps.add("rsockets")  # librdmacm's rsocket calls, for a switch under observation
@@ -327,6 +339,7 @@ class VerbsEngine:
                 "nodes": [{"name": self.host, "node": self.node, "provider": self.provider, "proxy": self.proxy}],
                 "device": self.device, "port": self.port, "address": self.address, "netdev": self.netdev,
                 "kernel_witness": self.witness.describe(),
+                "proxy": self.proxy.inner.describe(),  # the report names which proxy ran here
                 # the kernel workarounds its processes apply here (they decide alike: same kernel, same device)
                 "workarounds": [w.name for w in applied(driver_of(self.device))]}
 
@@ -380,10 +393,11 @@ class VerbsEngine:
         leak check: a leak as the kernel saw it."""
         found = [[self.host, "registration", text] for p in self.processes if p.alive
                  for text in p.child.call("leaks")]
-        found += [[self.host, "allocation", text] for text in self.proxy.pinned.leaks()]
+        found += [[self.host, "allocation", text] for text in self.proxy.inner.leaks()]
         self.kernel_reading("with the leak check")
-        found += [[self.host, "kernel", f"{r['at']}: {text}"]
-                  for r in self.witness.unreported() for text in r["findings"]]
+        unreported = self.witness.unreported()
+        found += [[self.host, "kernel", f"{r['at']}: {text}"] for r in unreported for text in r["findings"]]
+        found += [[self.host, "pin", f"{r['at']}: {text}"] for r in unreported for text in r.get("pin_findings", ())]
         self._leaked = bool(found)
         return found
 
@@ -406,9 +420,10 @@ class VerbsEngine:
         return out
 
     def kernel_reading(self, at: str) -> None:
-        """Read the kernel's record now and keep the reading (the end-of-test batch collects it)."""
-        if self.witness.unavailable is None:
-            self.witness.read(at, self._declared())
+        """Read the kernel's record and its books of pinned pages now, and keep the reading (the end-of-test
+        batch collects it)."""
+        declared = self._declared()
+        self.witness.read(at, declared, pins=self.pin_witness.read(declared, [c.pid for c in self.observed]))
 
     def kernel_readings(self) -> list[dict[str, Any]]:
         """The readings since the last call (the controller files them under the test that made them)."""
@@ -418,7 +433,8 @@ class VerbsEngine:
         """Close every process, then read what the kernel still holds of any process this agent ran (every
         one has ended: anything is left over). The engine serves nothing afterwards."""
         self.close()
-        return self.witness.read("at the session's end", self._declared(), every=True)
+        declared = self._declared()
+        return self.witness.read("at the session's end", declared, every=True, pins=self.pin_witness.read(declared))
 
     def reset(self) -> None:
         """Spawned processes end (the kernel drops whatever they held); the default one is kept, with
@@ -431,7 +447,7 @@ class VerbsEngine:
             if process is not default or not keep:
                 process.child.close()
                 self._exited.append(process.pid)
-        self.proxy.pinned.reset()
+        self.proxy.inner.reset()
         if keep:
             default.child.call("reset")
             default.sockets = []
@@ -454,7 +470,7 @@ class VerbsEngine:
             process.child.close()
             self._exited.append(process.pid)
         self.processes = []
-        self.proxy.pinned.reset()
+        self.proxy.inner.reset()
 
     def pinned(self) -> list[Any]:
         return [self, self.node, self.provider, self.proxy]

@@ -47,6 +47,8 @@ from typing import Any
 from hil.agent.engines.verbs.completions import Completions
 from hil.agent.engines.verbs.context import DeviceContext
 from hil.agent.engines.verbs.memory import Buffers, NullPage
+from hil.agent.engines.verbs.pin_witness import pages_spanned, vm_pin_pages
+from hil.agent.engines.verbs.pins import Pins
 from hil.agent.engines.verbs.posting import Posting
 from hil.agent.engines.verbs.registrations import Registrations
 from hil.agent.engines.verbs.releases import Releases
@@ -77,10 +79,20 @@ class VerbsProcess:
         self.registration = Registrations(self.device, self.pid, self.buffers, self.sockets, self.completions,
                                           self.releases)
         self.posting = Posting(self.device, self.sockets, self.completions, self.null_page)
+        self.pins = Pins(self.buffers)
+        self.vm_pin_base = vm_pin_pages(self.pid) or 0  # what it pinned before any registration
         self.closed = False
 
     def hello(self) -> dict[str, Any]:
         return {"pid": self.pid, **self.device.hello(), "max_sockets": self.device.max_sockets}
+
+    def _pinned_pages(self, sockets: list[dict[str, Any]]) -> int:
+        """The pages this process's books say are pinned: each MR's (registrations, the null page's, those the
+        device would not release yet) and each proxy pin's (pin_witness.py compares them with VmPin)."""
+        mrs = [(r["address"], r["length"]) for s in sockets for r in s["registrations"]]
+        mrs += [(0, PAGE_SIZE) for s in sockets for _ in s["mrs"]]
+        mrs += [(int(o.buf), int(o.length)) for o in self.releases.held if type(o).__name__ == "MR"]
+        return sum(pages_spanned(address, length) for address, length in mrs) + self.pins.pages()
 
     # -- memory ---------------------------------------------------------------------------------
 
@@ -95,6 +107,17 @@ class VerbsProcess:
 
     def write(self, address: int, data: bytes) -> None:
         self.buffers.write(address, data)
+
+    # -- DO_DIRECT_IO: this process's own pages pinned by the kernel module (pins.py) -------------
+
+    def proxy_pin(self, address: int, length: int) -> dict[str, Any]:
+        return self.pins.pin(address, length)
+
+    def proxy_unpin(self, pin_id: int) -> None:
+        self.pins.unpin(pin_id)
+
+    def proxy_frames(self, address: int, length: int) -> list[list[int]]:
+        return self.pins.frames(address, length)
 
     # -- sockets --------------------------------------------------------------------------------
 
@@ -196,7 +219,8 @@ class VerbsProcess:
                             "cm_id": sum(cm is not None for cm in (sock.cmid, sock.listener))})
         cm_used = self.sockets.made > 0  # every socket connects through the CM
         cm_ids = any(s["cm_id"] for s in sockets)
-        return {"pid": self.pid, "ctx": 1 + int(cm_used), "cq": 1, "pd": int(cm_ids), "sockets": sockets}
+        return {"pid": self.pid, "ctx": 1 + int(cm_used), "cq": 1, "pd": int(cm_ids), "sockets": sockets,
+                "vm_pin_pages": self._pinned_pages(sockets), "vm_pin_base": self.vm_pin_base}
 
     def leaks(self) -> list[str]:
         """Registrations still alive on open sockets, and verbs objects the device would not release."""
@@ -221,6 +245,7 @@ class VerbsProcess:
             return
         self.reset()
         self.releases.retry()
+        self.pins.close()
         self.buffers.close()
         self.device.close()
         self.closed = True

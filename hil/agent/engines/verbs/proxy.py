@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
-from typing import Any
+from typing import Any, Protocol
 
 from hil.agent.engines.verbs.libc import MAP_HUGETLB, libc, map_anonymous
 from hil.agent.engines.verbs.physical import _touch, physical_frames, physical_runs
@@ -72,7 +72,7 @@ class HostDmaAdapter(DmaAdapterBooks):
         self.id = id
         self.description = description
 
-    def _take(self, length: int) -> tuple[int, int, object] | None:
+    def _take(self, length: int, cache_enabled: bool) -> tuple[int, int, object] | None:
         highest = FOUR_GIB - 1 if self.dma32 else (1 << 64) - 1
         got = self._owner._contiguous_block(length, 0, highest, 0)
         if got is None:
@@ -98,8 +98,9 @@ class PinnedProxy:
     type: ``cache_type`` is validated and remembered (free must repeat it), not applied.
     """
 
-    def __init__(self, name: str = "host") -> None:
+    def __init__(self, name: str = "host", why: str = "") -> None:
         self.name = name
+        self.why = why  # why the host's kernel module is not the proxy here
         self._ids = itertools.count(1)
         self._allocations: dict[int, HostAllocation] = {}
         self._contiguous: dict[int, tuple[_Block, int]] = {}  # base physical -> (block, virtual)
@@ -121,6 +122,28 @@ class PinnedProxy:
         if value:
             raise SanError(WsaError.WSAEOPNOTSUPP,
                            "NOLOWMEM cannot be set on a Linux host (capability 'nolowmem' absent)")
+
+    def describe(self) -> dict[str, Any]:
+        """For the report: which proxy ran here."""
+        return {"kind": "userspace stand-in", "memory": "mmap + mlock, hugetlb for contiguity", "why": self.why}
+
+    # -- P1, P4 on real memory: what only the kernel module can do -------------------------------
+
+    def _cannot(self, call: str) -> SanError:
+        return SanError(WsaError.WSAEOPNOTSUPP, f"{call} on {self.name}: the userspace stand-in cannot do it "
+                                                f"(capabilities 'direct_io', 'cache_types' absent; {self.why})")
+
+    def pin(self, buffer: Any) -> HostAllocation:
+        raise self._cannot("pin")
+
+    def physical_runs(self, buffer: Any) -> tuple[tuple[int, int], ...]:
+        raise self._cannot("physical_runs")
+
+    def compact_memory(self) -> None:
+        raise self._cannot("compact_memory")
+
+    def cache_type_of(self, base: int) -> int:
+        raise self._cannot("cache_type_of")
 
     # -- capabilities ---------------------------------------------------------------------------
 
@@ -283,7 +306,13 @@ class PinnedProxy:
     close = reset
 
 
-def host_capabilities(proxy: PinnedProxy, hello: dict[str, Any] | None = None) -> frozenset[str]:
+class HostProxy(Protocol):
+    """What host_capabilities reads of a host's proxy (the stand-in's, or the kernel module's)."""
+
+    def capabilities(self) -> frozenset[str]: ...
+
+
+def host_capabilities(proxy: HostProxy, hello: dict[str, Any] | None = None) -> frozenset[str]:
     """Capabilities to declare for a host: "verbs", "rdma_read"; "memory_windows" when its children
     bind type-2 windows; "send_waits" on IB and RoCE (receiver-not-ready flow control: a send waits for
     the peer's receive; iWARP ends the connection instead), "iwarp" on iWARP; "rdma_read_scatter" when

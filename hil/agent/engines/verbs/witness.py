@@ -161,8 +161,10 @@ class KernelWitness:
         return {"reader": "netlink", "device": self.device, "cap_net_admin": self.keys, "pid": os.getpid(),
                 "unavailable": self.unavailable}
 
-    def read(self, at: str, processes: Sequence[dict[str, Any]], every: bool = False) -> dict[str, Any]:
-        """Take a reading now, keep it, return it (``every``: list every process judged, see ``judge``)."""
+    def read(self, at: str, processes: Sequence[dict[str, Any]], every: bool = False,
+             pins: tuple[dict[str, int], list[str]] | None = None) -> dict[str, Any]:
+        """Take a reading now, keep it, return it (``every``: list every process judged, see ``judge``); ``pins``:
+        what the pin witness read at the same time (pin_witness.py): each process's pinned pages, its findings."""
         if self.unavailable is not None:
             reading: dict[str, Any] = {"at": at, "unavailable": self.unavailable, "processes": {}, "findings": []}
         else:
@@ -171,9 +173,11 @@ class KernelWitness:
                 self._judge_unowned(reading, every)
             except KernelUnreadable as exc:
                 reading = {"at": at, "unavailable": exc.strerror or str(exc), "processes": {}, "findings": []}
+        if pins is not None:
+            reading["pinned_pages"], reading["pin_findings"] = pins
         self.readings.append(reading)
         if len(self.readings) > KEPT:
-            quiet = next((r for r in self.readings if not r["findings"]), None)
+            quiet = next((r for r in self.readings if not r["findings"] and not r.get("pin_findings")), None)
             if quiet is not None:
                 self.readings.remove(quiet)
                 self.dropped += 1
