@@ -301,8 +301,20 @@ class HilBackend:
 
     def leaks(self) -> list[Leak]:
         """What every agent still holds, all asked at once (one round trip)."""
-        return _ask_leaks(self.agents, lambda agent, ask: agent.session.send_many(ask),
-                          lambda agent: agent.session.collect())
+        return self._oopsed(_ask_leaks(self.agents, lambda agent, ask: agent.session.send_many(ask),
+                                       lambda agent: agent.session.collect()))
+
+    def _oopsed(self, found: list[Leak]) -> list[Leak]:
+        """``found`` without what a host's kernel log showed (kind "oops": an oops, BUG, warning or panic in its
+        kernel since the last look): that ends the backend, as a dead agent does, with the report's first lines
+        (BackendBroken at the reset that follows)."""
+        oops = [leak for leak in found if leak.kind == "oops"]
+        if oops and self.broken is None:
+            first = oops[0]
+            lines = "\n  ".join(first.detail.splitlines())
+            self.broken = (f"{first.node}: its kernel reported trouble during this test (read from its kernel log); "
+                           f"no more SAN tests run on it:\n  {lines}")
+        return [leak for leak in found if leak.kind != "oops"]
 
     def round_trips(self) -> dict[str, int]:
         """Per host: times the controller has waited for its agent's replies so far (pipelined requests
@@ -343,7 +355,7 @@ class HilBackend:
                     errors.extend(error for _, error in agent.session.deferred_errors)
                     agent.session.deferred_errors.clear()
 
-            leaks = _ask_leaks(live, Agent.send_reset, collect)
+            leaks = self._oopsed(_ask_leaks(live, Agent.send_reset, collect))
         finally:
             for agent in self.agents:
                 agent.session.known.clear()

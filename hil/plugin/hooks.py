@@ -35,11 +35,12 @@ def pytest_runtest_makereport(item: pytest.Item,
     report = yield
     backend = created_backend(item.config)
     if report.failed and call.excinfo is not None and call.excinfo.errisinstance(BackendBroken):
-        # A host's agent is gone for good: said once, in a line, and the session stops after this test.
+        # A host is gone for good (its agent died and could not start again, or its kernel oopsed): said once,
+        # with what it knows, and the session stops after this test.
         report.longrepr = f"san: {call.excinfo.value}"
         if not item.session.shouldfail:
-            item.session.shouldfail = ("san: a host's agent died and could not be started again: no SAN test "
-                                       "can run (the error above)")
+            item.session.shouldfail = (f"san: {str(call.excinfo.value).partition(chr(10))[0]} "
+                                       "(no SAN test can run: the error above)")
         return report  # its host's diagnostics would only say that its transport is closed
     if report.failed and isinstance(backend, HilBackend):
         for agent in backend.agents:

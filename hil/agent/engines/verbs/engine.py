@@ -18,6 +18,7 @@ from hil.agent.engines.verbs.pin_witness import PinWitness
 from hil.agent.engines.verbs.proxy import PinnedProxy, host_capabilities
 from hil.agent.engines.verbs.quirks import applied, driver_of
 from hil.agent.engines.verbs.witness import KernelWitness
+from hil.agent.kmsg import KernelLogWatch
 from hil.agent.rsockets.driver import RsocketsChild, rsockets_library
 from pytest_san import checks
 from pytest_san.contract import (
@@ -284,6 +285,7 @@ class VerbsEngine:
         self.netdev, self.address = device_address(self.device, self.port, netdev)
         self.processes: list[ModelledProcess] = []
         self._spare: ChildProcess | None = None  # started, not yet a process (never a leak: it holds nothing)
+        self.kernel_log = KernelLogWatch()  # an oops, BUG or panic since the agent started ends the run
         self.witness = KernelWitness(self.device)  # the kernel's record of what our processes hold
         self.pin_witness = PinWitness()  # and its books of pinned pages (R12)
         self._exited: list[int] = []  # pids of processes that ended: the kernel must hold nothing of theirs
@@ -340,6 +342,7 @@ class VerbsEngine:
                 "device": self.device, "port": self.port, "address": self.address, "netdev": self.netdev,
                 "kernel_witness": self.witness.describe(),
                 "proxy": self.proxy.inner.describe(),  # the report names which proxy ran here
+                "kernel_log": self.kernel_log.unavailable or "watched",
                 # the kernel workarounds its processes apply here (they decide alike: same kernel, same device)
                 "workarounds": [w.name for w in applied(driver_of(self.device))]}
 
@@ -394,6 +397,9 @@ class VerbsEngine:
         found = [[self.host, "registration", text] for p in self.processes if p.alive
                  for text in p.child.call("leaks")]
         found += [[self.host, "allocation", text] for text in self.proxy.inner.leaks()]
+        trouble = self.kernel_log.trouble()
+        if trouble:
+            found.append([self.host, "oops", "\n".join(trouble)])
         self.kernel_reading("with the leak check")
         unreported = self.witness.unreported()
         found += [[self.host, "kernel", f"{r['at']}: {text}"] for r in unreported for text in r["findings"]]
@@ -470,7 +476,8 @@ class VerbsEngine:
             process.child.close()
             self._exited.append(process.pid)
         self.processes = []
-        self.proxy.inner.reset()
+        self.proxy.inner.close()
+        self.kernel_log.close()
 
     def pinned(self) -> list[Any]:
         return [self, self.node, self.provider, self.proxy]
