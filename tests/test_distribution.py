@@ -27,6 +27,10 @@ PACKAGE_DATA = (
     "hil/tools/lab/README.md",
     "hil/tools/lab/install.sh",
     "hil/tools/lab/guest-init.sh",
+    "hil/kmod/san_proxy.c",  # san_proxy.ko's sources: `lab up` builds them, a host runs `make -C` on them
+    "hil/kmod/san_proxy.h",
+    "hil/kmod/Kbuild",
+    "hil/kmod/Makefile",
 )
 
 

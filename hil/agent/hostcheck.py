@@ -1,4 +1,5 @@
-"""Host check for ``san-hil prepare``, run on the lab host: RDMA devices, ports, GIDs, netdevs, memlock.
+"""Host check for ``san-hil prepare``, run on the lab host: RDMA devices, ports, GIDs, netdevs, memlock, and
+whether the proxy driver's kernel module (san_proxy, hil/kmod) is loaded or the agent will use its stand-in.
 
 Standard library only (pyroute2 is used for netdevs when the host has it, else ``ip -j``);
 Python 3.9+. Prints one JSON object; with ``--create-rxe NETDEV`` it first adds a Soft-RoCE link.
@@ -7,10 +8,12 @@ Python 3.9+. Prints one JSON object; with ``--create-rxe NETDEV`` it first adds 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import resource
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +21,13 @@ from typing import Any
 
 SYS_IB = Path("/sys/class/infiniband")
 MEMLOCK_NEEDED = 64 << 20  # registrations pin memory: the default 8 MiB runs out mid-suite
+SYS = Path("/sys")
+DEV = Path("/dev")
+PROXY = "san_proxy"
+# SAN_PROXY_INFO = _IOR(0xD5, 0, struct san_proxy_info) (hil/kmod/san_proxy.h): 64 bytes, the ABI its first __u32.
+# Written out here so that the host check stays one standalone file.
+PROXY_INFO_SIZE = 64
+PROXY_INFO = (2 << 30) | (PROXY_INFO_SIZE << 16) | (0xD5 << 8) | 0
 
 
 def _read(path: Path) -> str:
@@ -83,6 +93,41 @@ def create_rxe(name: str, netdev: str) -> list[str]:
     return steps
 
 
+def _kmod_dir() -> str:
+    """Where the module's sources are: beside this file in a checkout or an installed package, else the
+    checkout's relative path."""
+    here = Path(__file__).resolve().parents[1] / "kmod"
+    return str(here) if (here / "Makefile").is_file() else "hil/kmod"
+
+
+def proxy_abi(device: Path) -> int | None:
+    """The loaded module's ABI (SAN_PROXY_INFO), or None when the device cannot be opened (not root) or asked."""
+    try:
+        fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = bytearray(PROXY_INFO_SIZE)
+        fcntl.ioctl(fd, PROXY_INFO, info, True)
+        return int(struct.unpack_from("=I", info)[0])
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def proxy_status(sys_root: Path = SYS, dev_root: Path = DEV) -> dict[str, Any]:
+    """The proxy driver's module: loaded or not (/sys/module/san_proxy), its misc device, its ABI, and how to
+    build and load it. Not loaded is no problem: the agent then uses its userspace stand-in."""
+    loaded = (sys_root / "module" / PROXY).is_dir()
+    device = dev_root / PROXY
+    registered = (sys_root / "class" / "misc" / PROXY).is_dir()
+    there = registered and device.exists()
+    folder = _kmod_dir()
+    return {"module": "loaded" if loaded else "not loaded", "abi": proxy_abi(device) if loaded and there else None,
+            "device": there, "make": f"make -C {folder} && insmod {folder}/{PROXY}.ko"}
+
+
 def pyverbs_status() -> str:
     try:
         import pyverbs.device  # noqa: F401
@@ -127,8 +172,8 @@ def check(device: str | None, netdev: str | None, gid_index: int | None, create:
     if verbs != "ok":
         problems.append(f"pyverbs {verbs}")
     return {"python": sys.version.split()[0], "uid": os.getuid(), "devices": devs, "netdevs": nets,
-            "netdevs_via": via, "memlock": [soft, hard], "pyverbs": verbs, "actions": actions,
-            "problems": problems}
+            "netdevs_via": via, "memlock": [soft, hard], "pyverbs": verbs, "proxy": proxy_status(),
+            "actions": actions, "problems": problems}
 
 
 def main(argv: list[str] | None = None) -> int:

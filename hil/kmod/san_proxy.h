@@ -3,7 +3,7 @@
  * san_proxy: the SAN provider's proxy driver as a Linux module (pytest-san).
  *
  * The user-space interface of /dev/san_proxy, shared by the module (san_proxy.c) and the agent
- * (hil/agent/engines/verbs/kernel_proxy.py, which mirrors these layouts with struct/ctypes; a test
+ * (hil/agent/engines/verbs/proxy_module.py, which mirrors these layouts with struct/ctypes; a test
  * checks that the two agree). Every structure is made of naturally aligned __u32/__u64 fields, with
  * no implicit padding, so that its size and offsets are the same for every compiler and for Python.
  *

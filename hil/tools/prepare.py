@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import hil.kmod
 from hil.controller.client import push_agent
 from hil.inventory import HostConfig
 from hil.transport import TransportError, open_transport
@@ -57,8 +58,26 @@ def render(report: dict[str, Any]) -> str:
     if "memlock" in report:
         soft = report["memlock"][0]
         lines.append(f"  memlock: {'unlimited' if soft < 0 else f'{soft >> 10} KiB'}; pyverbs: {report['pyverbs']}")
+    if isinstance(report.get("proxy"), dict):
+        lines.append(f"  proxy: {proxy_line(report['proxy'])}")
     lines += [f"  missing: {problem}" for problem in report["problems"]]
     return "\n".join(lines)
+
+
+def proxy_line(proxy: dict[str, Any]) -> str:
+    """What drives the proxy on the host: the kernel module, or the agent's userspace stand-in (a legal fallback,
+    never a problem)."""
+    name, make = "san_proxy", proxy.get("make") or "make -C hil/kmod && insmod hil/kmod/san_proxy.ko"
+    if proxy.get("module") != "loaded":
+        return f"userspace stand-in ({name} not loaded: {make})"
+    if not proxy.get("device"):
+        return f"userspace stand-in ({name} is loaded, but /dev/{name} is missing)"
+    abi, ours = proxy.get("abi"), hil.kmod.header_abi()
+    if abi is None:
+        return f"kernel module {name} loaded (its ABI unread: the check runs without access to /dev/{name})"
+    if ours is not None and abi != ours:
+        return f"kernel module {name} loaded, ABI {abi}, but this pytest-san's is {ours}: rmmod {name}, then {make}"
+    return f"kernel module {name} loaded (ABI {abi})"
 
 
 def prepare(hosts: Sequence[HostConfig], create_rxe: bool = False, as_json: bool = False) -> tuple[int, str]:

@@ -6,10 +6,11 @@ segment carried over 127.0.0.1 by a small relay (:mod:`hil.tools.lab.hub`), and 
 forwarded 127.0.0.1 ports with keys made for the lab alone. ``lab up`` writes an inventory that
 :func:`hil.inventory.load_inventory` reads; ``lab down`` removes every process and file ``up`` made.
 
-Modules: ``kernel`` (guest kernel cache), ``provider`` (rxe or siw, one per lab), ``siw`` (siw.ko built for
-the lab kernel, cached beside it), ``keys`` (SSH keys, known_hosts), ``hub`` (the Ethernet relay),
-``guest`` (vng command line, in-guest init script, console log), ``state`` (state file, processes),
-``lab`` (up / down / status / run), ``cli`` (argparse glue for ``san-hil lab``).
+Modules: ``kernel`` (guest kernel cache), ``provider`` (rxe or siw, one per lab), ``modules`` (out-of-tree
+modules built for the lab kernel and cached beside it), ``siw`` (siw.ko), ``proxy`` (san_proxy.ko from
+``hil.kmod``), ``layout`` (the guests' RAM below and above 4 GiB), ``keys`` (SSH keys, known_hosts), ``hub``
+(the Ethernet relay), ``guest`` (vng command line, in-guest init script, console log), ``state`` (state file,
+processes), ``lab`` (up / down / status / run), ``cli`` (argparse glue for ``san-hil lab``).
 """
 
 from __future__ import annotations

@@ -5,13 +5,15 @@ console, then SSH with a short back-off until the RDMA device's port (rxe0, or s
 is ACTIVE. A guest that fails is stopped and booted once more (on TCG if it failed under KVM); a second
 failure tears the whole lab down and shows that guest's console. Whatever goes wrong (or Ctrl-C), ``up``
 leaves nothing running behind it. Before the guests: siw.ko for a siw lab (built once per kernel,
-:mod:`hil.tools.lab.siw`), KVM or TCG (a probe guest decides, remembered until the host reboots), the
-lab's keys, the guests' init script and the Ethernet hub.
+:mod:`hil.tools.lab.siw`) and san_proxy.ko (built once per kernel and source, :mod:`hil.tools.lab.proxy`),
+KVM or TCG (a probe guest decides, remembered until the host reboots), the lab's keys, the guests' init
+script and the Ethernet hub.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -20,9 +22,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hil
 from hil.tools.lab import LabError
@@ -37,17 +41,25 @@ from hil.tools.lab.guest import (
     mgmt_mac,
     probe_kvm,
     read_marker,
+    ready_fields,
     start_guest,
 )
 from hil.tools.lab.inventory import host_configs, write_inventory
 from hil.tools.lab.kernel import DEFAULT_CACHE, DEFAULT_KERNEL, Kernel, fetch_kernel, kernel_choice
 from hil.tools.lab.keys import LabKeys, generate_keys, write_known_hosts
+from hil.tools.lab.layout import ALL, DEFAULT_LOW_MEMORY, low_memory, zone_summary, zones
+from hil.tools.lab.modules import BuiltModule
 from hil.tools.lab.procs import group_is_ours, group_members, stop_group, temp_files
 from hil.tools.lab.progress import Progress
 from hil.tools.lab.provider import DEFAULT_PROVIDER, provider
+from hil.tools.lab.proxy import MODULE as PROXY_MODULE
+from hil.tools.lab.proxy import NO_PROXY_HINT, san_proxy_module
 from hil.tools.lab.siw import MODULE, siw_module
 from hil.tools.lab.state import DEFAULT_STATE_DIR, GuestState, LabState
 from hil.tools.lab.teardown import _teardown
+
+if TYPE_CHECKING:
+    from hil.transport import Transport
 
 __all__ = ["UpOptions", "up"]
 
@@ -79,6 +91,8 @@ class UpOptions:
     ssh_timeout: float = 120.0  # per attempt, after the marker: SSH up and the RDMA port ACTIVE
     provider: str = DEFAULT_PROVIDER  # rxe or siw, in every guest (never both on one netdev)
     kernel: str = DEFAULT_KERNEL  # 6.1 (Debian 12) or 6.12 (Debian 13): hil.tools.lab.kernel.KERNELS
+    proxy_module: bool = True  # san_proxy.ko in every guest; False: the agent's userspace stand-in
+    low_memory: str = DEFAULT_LOW_MEMORY  # RAM below 4 GiB, the rest above (NOLOWMEM); "all": qemu's layout
 
     @property
     def directory(self) -> Path:
@@ -170,6 +184,8 @@ class _Booter:
         self.device = provider(state.provider).device
         siw = Path(state.state_dir) / MODULE
         self.siw_module = siw if state.provider == "siw" else None
+        self.proxy_module = Path(state.state_dir) / PROXY_MODULE if state.proxy_module else None
+        self.low_memory = low_memory(opts.low_memory, opts.memory)
 
     def save(self) -> None:
         with self.lock:
@@ -242,7 +258,8 @@ class _Booter:
                          vmlinuz=self.kernel.vmlinuz, init_script=Path(self.state.state_dir) / INIT_SCRIPT,
                          host_key=self.keys.host_key, authorized_keys=self.keys.client_pub,
                          memory=self.opts.memory, kvm=kvm, hugepages=self.opts.hugepages,
-                         provider=self.state.provider, siw_module=self.siw_module)
+                         provider=self.state.provider, siw_module=self.siw_module,
+                         proxy_module=self.proxy_module, low_memory=self.low_memory)
         log = Path(guest.console_log)
         proc = start_guest(spec, log, self.vng)
         guest.pgid = proc.pid
@@ -270,7 +287,9 @@ class _Booter:
             self._wait(0.5)
         self._record_temp_files(guest)
         self.save()  # the netdev
-        self.progress(guest.name, f"ready marker: sshd up, lab NIC {guest.netdev} {guest.lab_address}")
+        proxy = ready_fields(log, guest.name).get("proxy")
+        self.progress(guest.name, f"ready marker: sshd up, lab NIC {guest.netdev} {guest.lab_address}"
+                                  f"{f', {proxy} loaded' if proxy else ''}")
         self._check_over_ssh(guest)
 
     def _record_temp_files(self, guest: GuestState) -> None:
@@ -322,7 +341,29 @@ class _Booter:
                 if time.monotonic() > deadline:
                     raise _GuestFailed(f"{self.device} port 1 not ACTIVE within {self.opts.ssh_timeout:g} s: {state}")
                 self._wait(1.0)
+            zoneinfo = self._run_checked(transport, ["cat", "/proc/zoneinfo"])
         self.progress(guest.name, f"{self.device} port 1 {state.partition(': ')[2]} on {guest.netdev}")
+        self._check_zones(guest, zoneinfo)
+
+    def _run_checked(self, transport: Transport, argv: list[str]) -> str:
+        from hil.transport import TransportError
+
+        try:
+            result = transport.run(argv, timeout=30)
+        except TransportError as exc:
+            raise _GuestFailed(f"{' '.join(argv)}: {exc.reason}") from None
+        if result.returncode:
+            raise _GuestFailed(f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()[-300:]}")
+        return result.stdout
+
+    def _check_zones(self, guest: GuestState, zoneinfo: str) -> None:
+        """Say what each zone holds; with memory asked for above 4 GiB, a guest without it fails."""
+        pages = zones(zoneinfo)
+        summary = zone_summary(pages)
+        self.progress(guest.name, f"zones: {summary}")
+        if self.low_memory and not pages.get("Normal"):
+            raise _GuestFailed(f"--low-memory {self.opts.low_memory} puts memory above 4 GiB, but the guest has "
+                               f"no Normal zone (zones: {summary}): qemu's -machine max-ram-below-4g did not apply")
 
 
 def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
@@ -341,18 +382,22 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
         _teardown(existing, progress)
     provider(opts.provider)  # an unknown one fails before anything is fetched or built
     choice = kernel_choice(opts.kernel)
+    low = low_memory(opts.low_memory, opts.memory)
     find_vng()
-    kernel = fetch_kernel(opts.kernel_cache, progress=lambda m: progress("host", m), choice=choice)
-    siw = siw_module(kernel, opts.kernel_cache, progress=lambda m: progress("host", m)) \
-        if opts.provider == "siw" else None
+    host = functools.partial(progress, "host")
+    kernel = fetch_kernel(opts.kernel_cache, progress=host, choice=choice)
+    siw = siw_module(kernel, opts.kernel_cache, progress=host) if opts.provider == "siw" else None
+    proxy = _proxy_module(kernel, opts, host) if opts.proxy_module else None
     directory.mkdir(parents=True, exist_ok=True)
     state = LabState(state_dir=str(directory), kernel=str(kernel.vmlinuz), provider=opts.provider,
-                     kernel_release=kernel.version)
+                     kernel_release=kernel.version, proxy_module=proxy is not None, low_memory=low or ALL)
     state.save()
     try:
-        if siw is not None:  # the lab's own copy: a rebuild of the cache never changes it under the guests
-            state.add_file(directory / MODULE)
-            shutil.copyfile(siw.path, directory / MODULE)
+        # the lab's own copies: a rebuild of the cache never changes them under the guests
+        for built, name in ((siw, MODULE), (proxy, PROXY_MODULE)):
+            if built is not None:
+                state.add_file(directory / name)
+                shutil.copyfile(built.path, directory / name)
         kvm = _use_kvm(opts.accel, kernel, opts.kernel_cache.expanduser() / KVM_PROBE, progress)
         keys = generate_keys(directory)
         for path in keys.files():
@@ -383,6 +428,14 @@ def up(opts: UpOptions, progress: Progress | None = None) -> LabState:
         progress("host", "stopping and removing what was started")
         _teardown(state, progress)
         raise
-    progress("host", f"lab of {opts.hosts} ({opts.provider}, kernel {kernel.version}) up in "
+    progress("host", f"lab of {opts.hosts} ({opts.provider}, kernel {kernel.version}, "
+                     f"{'san_proxy.ko' if proxy else 'proxy stand-in'}, low memory {low or ALL}) up in "
                      f"{progress.elapsed():.0f} s; inventory: {inventory}")
     return state
+
+
+def _proxy_module(kernel: Kernel, opts: UpOptions, progress: Callable[[str], None]) -> BuiltModule:
+    try:
+        return san_proxy_module(kernel, opts.kernel_cache, progress)
+    except LabError as exc:
+        raise LabError(f"{exc}; {NO_PROXY_HINT}") from None

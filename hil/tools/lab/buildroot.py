@@ -1,12 +1,14 @@
-"""A build root of another Debian release, for siw.ko of a kernel that is not the host's own.
+"""A build root of another Debian release, for the lab's modules (siw.ko, san_proxy.ko) of a kernel that is not
+the host's own.
 
 Debian 13's kernel headers come with kbuild tools linked against trixie's glibc, and a Makefile that calls
-gcc-14: they do not run on a Debian 12 host. So siw.ko for the 6.12 kernel is built in a trixie root, made
+gcc-14: they do not run on a Debian 12 host. So modules for the 6.12 kernel are built in a trixie root, made
 once with ``mmdebstrap`` (the essential packages, the compiler, make and what kbuild links against) and
-cached in ``<kernel cache>/buildroot/<suite>/``. Each kernel's headers and source are unpacked into it from
+cached in ``<kernel cache>/buildroot/<suite>/``. Each kernel's headers (and source) are unpacked into it from
 their packages with ``dpkg-deb -x`` (downloaded through the suite's own apt source, :mod:`hil.tools.lab.apt`):
 apt would not install them there, as ``linux-headers-*`` depends on the kernel image itself. ``make`` runs
-in it through ``chroot``, which needs root; the module is cached afterwards, so that is once per kernel.
+in it through ``chroot``, which needs root; the module is cached afterwards, so that is once per kernel
+(and per source, for san_proxy.ko).
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from pathlib import Path
 from hil.tools.lab import LabError
 from hil.tools.lab.apt import MIRROR, Apt
 
-__all__ = ["ROOT_PACKAGES", "build_root", "dependencies", "in_root", "unpack_packages"]
+__all__ = ["ROOT_PACKAGES", "build_root", "dependencies", "in_root", "need_root", "unpack_packages"]
 
-# What kbuild needs in each suite's root: its compiler (the headers' .kernelvariables name it), make, and
-# what linux-kbuild-* depends on (pahole for the modules' BTF).
+# What kbuild needs in each suite's root: its compiler (the headers' .kernelvariables name it), make, what
+# linux-kbuild-* depends on (pahole for the modules' BTF), and perl: W=1 (san_proxy.ko) runs scripts/kernel-doc,
+# which needs Pod::Usage (perl-modules), not in the essential perl-base. A root made with another list is
+# made again.
 ROOT_PACKAGES: dict[str, tuple[str, ...]] = {
-    "trixie": ("gcc-14", "make", "pahole", "libelf1t64", "libssl3t64", "zlib1g"),
+    "trixie": ("gcc-14", "make", "pahole", "libelf1t64", "libssl3t64", "zlib1g", "perl"),
 }
 _COMPLETE = ".pytest-san-complete"  # in the root, written last
 _UNPACKED = "var/lib/pytest-san"  # in the root: one file per package unpacked into it, holding its version
@@ -36,25 +40,30 @@ _ENV = ("/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "HOME=/", "LC_ALL=C.UTF-8")
 Runner = Callable[[Sequence[str], Path | None], subprocess.CompletedProcess[str]]
 
 
-def _need_root(what: str) -> None:
+def need_root(what: str) -> None:
     if os.geteuid() != 0:
         raise LabError(f"{what} needs root (mmdebstrap and chroot); run this `san-hil lab up` once as root: the "
                        "module it builds is cached, and later labs of any user use it")
 
 
-def build_root(suite: str, cache: Path, progress: Callable[[str], None], run: Runner) -> Path:
-    """``<cache>/buildroot/<suite>/``, made with mmdebstrap on first use."""
+def build_root(suite: str, cache: Path, progress: Callable[[str], None], run: Runner, purpose: str = "siw.ko") -> Path:
+    """``<cache>/buildroot/<suite>/``, made with mmdebstrap on first use (and again when its packages change)."""
     root = cache.expanduser() / "buildroot" / suite
-    if (root / _COMPLETE).is_file():
-        return root
     packages = ROOT_PACKAGES.get(suite)
     if packages is None:
         raise LabError(f"no build root is known for Debian {suite} (known: {', '.join(ROOT_PACKAGES)})")
-    _need_root(f"making a Debian {suite} build root for siw.ko")
+    recipe = f"mmdebstrap --variant=essential {suite}: {' '.join(packages)}"
+    made = _record(root / _COMPLETE)
+    if made == recipe:
+        return root
+    if made is not None:
+        progress(f"Debian {suite} build root {root} was made with {made.partition(': ')[2]}; making it again with "
+                 f"{' '.join(packages)}")
+    need_root(f"making a Debian {suite} build root for {purpose}")
     if shutil.which("mmdebstrap") is None:
-        raise LabError(f"mmdebstrap not found: siw.ko for a Debian {suite} kernel is built in a {suite} root it "
+        raise LabError(f"mmdebstrap not found: {purpose} for a Debian {suite} kernel is built in a {suite} root it "
                        "makes (as root: apt-get install mmdebstrap, or sh hil/tools/lab/install.sh)")
-    progress(f"Debian {suite} build root for siw.ko: making it with mmdebstrap in {root} ({', '.join(packages)})")
+    progress(f"Debian {suite} build root for {purpose}: making it with mmdebstrap in {root} ({', '.join(packages)})")
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{suite}.partial-", dir=root.parent))
     try:
@@ -64,26 +73,26 @@ def build_root(suite: str, cache: Path, progress: Callable[[str], None], run: Ru
             raise LabError(f"mmdebstrap of Debian {suite} into {staging} failed (exit {result.returncode}):\n"
                            f"{(result.stderr or result.stdout).strip()[-1200:]}")
         staging.chmod(0o755)
-        (staging / _COMPLETE).write_text(f"mmdebstrap --variant=essential {suite}: {' '.join(packages)}\n")
+        (staging / _COMPLETE).write_text(recipe + "\n")
         if root.exists():
-            shutil.rmtree(root)  # half made
+            shutil.rmtree(root)  # half made, or of another recipe
         os.replace(staging, root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    progress(f"Debian {suite} build root for siw.ko: made in {root}")
+    progress(f"Debian {suite} build root for {purpose}: made in {root}")
     return root
 
 
 def unpack_packages(root: Path, apt: Apt, packages: Sequence[str], version: str,
-                    progress: Callable[[str], None], run: Runner) -> None:
+                    progress: Callable[[str], None], run: Runner, purpose: str = "siw.ko") -> None:
     """Each of ``packages`` at ``version`` unpacked into ``root`` (downloaded once: a record in the root
     says which version of each it holds)."""
     records = root / _UNPACKED
     wanted = [p for p in packages if _record(records / p) != version]
     if not wanted:
         return
-    _need_root(f"unpacking {', '.join(wanted)} into {root}")
+    need_root(f"unpacking {', '.join(wanted)} into {root} for {purpose}")
     progress(f"downloading {', '.join(wanted)} {version} from {apt.name} into the build root {root}")
     records.mkdir(parents=True, exist_ok=True)
     downloads = Path(tempfile.mkdtemp(prefix="debs-", dir=root / "tmp"))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hil.tools.lab import LabError
 from hil.tools.lab.kernel import DEFAULT_CACHE, DEFAULT_KERNEL, KERNELS
+from hil.tools.lab.layout import DEFAULT_LOW_MEMORY
 from hil.tools.lab.provider import DEFAULT_PROVIDER, PROVIDERS
 from hil.tools.lab.state import DEFAULT_STATE_DIR
 
@@ -51,6 +52,14 @@ def _up_arguments(parser: argparse.ArgumentParser, hosts_default: int) -> None:
     parser.add_argument("--provider", choices=tuple(PROVIDERS), default=DEFAULT_PROVIDER,
                         help="the RDMA device of every guest: rxe (default) Soft-RoCE rxe0, or siw Soft-iWARP "
                              "siw0 (siw.ko built once for the lab kernel)")
+    parser.add_argument("--proxy-module", action=argparse.BooleanOptionalAction, default=True,
+                        help="build san_proxy.ko (hil/kmod) for the lab kernel and load it in every guest, so the "
+                             "agent drives /dev/san_proxy (default); --no-proxy-module: the agent's userspace "
+                             "stand-in")
+    parser.add_argument("--low-memory", default=DEFAULT_LOW_MEMORY, metavar="SIZE|all",
+                        help=f"RAM of each guest below 4 GiB, the rest of --memory above it (default "
+                             f"{DEFAULT_LOW_MEMORY}: a DMA32 and a Normal zone, for NOLOWMEM); all: everything "
+                             "below 4 GiB, qemu's own layout")
 
 
 def _options(args: argparse.Namespace) -> UpOptions:
@@ -58,7 +67,8 @@ def _options(args: argparse.Namespace) -> UpOptions:
 
     return UpOptions(hosts=args.hosts, memory=args.memory, hugepages=args.hugepages, state_dir=args.state_dir,
                      inventory_out=args.inventory_out, kernel_cache=args.kernel_cache, accel=args.accel,
-                     boot_timeout=args.boot_timeout, provider=args.provider, kernel=args.kernel)
+                     boot_timeout=args.boot_timeout, provider=args.provider, kernel=args.kernel,
+                     proxy_module=args.proxy_module, low_memory=args.low_memory)
 
 
 def _guarded(run: _Command, interrupted: str = "interrupted") -> _Command:

@@ -1,23 +1,25 @@
 #!/bin/bash
 # pytest-san lab guest init: `san-hil lab up` copies it into the lab's state directory and virtme-ng runs it
 # inside each guest (as root). The markers the controller waits for and the management NIC's address come as
-# options (hil/tools/lab/guest.py's guest_exec), so each is written in one place.
-#   guest-init.sh --ready MARKER --failed MARKER --mgmt-cidr CIDR \
+# options (hil/tools/lab/guest.py's guest_exec), so each is written in one place. --proxy-ko loads the proxy
+# driver's kernel module (san_proxy.ko, built for the lab kernel) before the guest says it is ready.
+#   guest-init.sh --ready MARKER --failed MARKER --mgmt-cidr CIDR [--proxy-ko SAN_PROXY_KO] \
 #       boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY AUTHORIZED_KEYS [HUGEPAGES [rxe|siw [SIW_KO]]]
 #   guest-init.sh find-nic MAC        # prints the interface that has MAC
 #   guest-init.sh wait-file PATH SECONDS   # status 0 once PATH exists, 1 after SECONDS without it
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 SYSFS_NET=${SAN_LAB_SYSFS_NET:-/sys/class/net}
-USAGE="usage: $0 --ready MARKER --failed MARKER --mgmt-cidr CIDR boot NAME LAB_MAC LAB_CIDR MGMT_MAC HOST_KEY \
-AUTHORIZED_KEYS [HUGEPAGES [rxe|siw [SIW_KO]]] | find-nic MAC | wait-file PATH SECONDS"
+USAGE="usage: $0 --ready MARKER --failed MARKER --mgmt-cidr CIDR [--proxy-ko KO] boot NAME LAB_MAC LAB_CIDR \
+MGMT_MAC HOST_KEY AUTHORIZED_KEYS [HUGEPAGES [rxe|siw [SIW_KO]]] | find-nic MAC | wait-file PATH SECONDS"
 
-READY_MARKER='' FAILED_MARKER='' MGMT_CIDR=''
+READY_MARKER='' FAILED_MARKER='' MGMT_CIDR='' PROXY_KO=''
 while [ $# -gt 0 ]; do
     case "$1" in
         --ready) READY_MARKER=${2:?"$USAGE"}; shift 2 ;;
         --failed) FAILED_MARKER=${2:?"$USAGE"}; shift 2 ;;
         --mgmt-cidr) MGMT_CIDR=${2:?"$USAGE"}; shift 2 ;;
+        --proxy-ko) PROXY_KO=${2:?"$USAGE"}; shift 2 ;;
         *) break ;;
     esac
 done
@@ -62,6 +64,18 @@ fail() {
 
 step() { echo "san-lab: $NAME: $*"; }
 
+dmesg_tail() {  # on one line: the failed marker's reason is its line
+    dmesg 2>&1 | tail -n "${1:-3}" | tr '\n' ';'
+}
+
+load_module() {  # KO: an out-of-tree module; modules.dep does not know it, so insmod loads nothing it needs
+    local dep
+    for dep in $(modinfo -F depends "$1" | tr ',' ' '); do
+        modprobe "$dep" || fail "modprobe $dep (for $(basename "$1")) failed"
+    done
+    insmod "$1" || fail "insmod $1 failed: $(dmesg_tail 5)"
+}
+
 boot() {
     if [ -z "$READY_MARKER" ] || [ -z "$FAILED_MARKER" ] || [ -z "$MGMT_CIDR" ] || [ $# -lt 6 ]; then
         echo "$USAGE" >&2
@@ -84,12 +98,7 @@ boot() {
             modprobe rdma_rxe || fail "modprobe rdma_rxe failed" ;;
         siw)
             DEV=siw0
-            # siw.ko is built out of tree, so modules.dep does not know it and insmod loads nothing it
-            # needs: load what the module says it depends on first (ib_core, libcrc32c).
-            for dep in $(modinfo -F depends "$SIW_KO" | tr ',' ' '); do
-                modprobe "$dep" || fail "modprobe $dep (for siw.ko) failed"
-            done
-            insmod "$SIW_KO" || fail "insmod $SIW_KO failed: $(dmesg | tail -n 3)"
+            load_module "$SIW_KO"  # after what it depends on: ib_core, libcrc32c
             # iWARP runs over TCP: a peer that vanished (its link down) is noticed only when TCP gives up
             # retransmitting, after about 15 min with the default tcp_retries2 of 15; 5 gives up after
             # about 13 s, as RoCE's retry count does within seconds.
@@ -102,6 +111,12 @@ boot() {
     if [ "$HUGEPAGES" -gt 0 ]; then
         echo "$HUGEPAGES" >/proc/sys/vm/nr_hugepages
         step "hugetlb pages: $(cat /proc/sys/vm/nr_hugepages) of $HUGEPAGES asked for"
+    fi
+    # The proxy driver's module: the agent uses /dev/san_proxy when it is there, its stand-in otherwise.
+    if [ -n "$PROXY_KO" ]; then
+        load_module "$PROXY_KO"
+        wait_file /dev/san_proxy 10 || fail "san_proxy is loaded but /dev/san_proxy did not appear: $(dmesg_tail 5)"
+        step "san_proxy loaded: $(grep '^san_proxy ' /proc/modules)"
     fi
 
     # sshd with the lab's host key, root login with the lab's client key only. / is read-only and
@@ -141,7 +156,7 @@ EOF
     # sshd forks into the background before it binds port 22, and writes its pid file once it listens:
     # the ready marker must not come before that, or the first SSH attempt meets a closed port.
     wait_file "$d/sshd.pid" 60 || fail "sshd is not listening after 60 s: $(tail -n 5 "$d/sshd.log" 2>&1)"
-    echo "$READY_MARKER $NAME netdev=$LAB mgmt=$MGMT"
+    echo "$READY_MARKER $NAME netdev=$LAB mgmt=$MGMT${PROXY_KO:+ proxy=san_proxy}"
     while :; do sleep 3600; done  # the guest lives as long as this script
 }
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hil.tools.lab import LabError
+from hil.tools.lab.layout import KERNEL_ARGS, qemu_machine
 from hil.tools.lab.tools import beside_interpreter, env_with, find_tool
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "mgmt_mac",
     "probe_kvm",
     "read_marker",
+    "ready_fields",
     "vng_command",
 ]
 
@@ -80,6 +82,8 @@ class GuestSpec:
     hugepages: int = 0  # 2 MiB hugetlb pages reserved at boot
     provider: str = "rxe"  # the RDMA device on the lab NIC: rxe0, or siw0 (then siw_module is loaded)
     siw_module: Path | None = None
+    proxy_module: Path | None = None  # san_proxy.ko, loaded before the ready marker; None: the stand-in
+    low_memory: str | None = None  # RAM below 4 GiB (qemu's size, "256M"), the rest above; None: qemu's layout
 
     @property
     def name(self) -> str:
@@ -99,7 +103,8 @@ def guest_exec(spec: GuestSpec) -> str:
     """The command virtme-ng runs in the guest (its base64 travels on the kernel command line)."""
     return shlex.join([
         "/bin/bash", str(spec.init_script), "--ready", READY_MARKER, "--failed", FAILED_MARKER,
-        "--mgmt-cidr", SLIRP_GUEST, "boot", spec.name, lab_mac(spec.index),
+        "--mgmt-cidr", SLIRP_GUEST, *(["--proxy-ko", str(spec.proxy_module)] if spec.proxy_module else []),
+        "boot", spec.name, lab_mac(spec.index),
         f"{lab_address(spec.index)}/{LAB_PREFIX}", mgmt_mac(spec.index), str(spec.host_key),
         str(spec.authorized_keys), str(spec.hugepages),
         # rxe, the default, is left unsaid: its command line is the one it always was
@@ -108,12 +113,13 @@ def guest_exec(spec: GuestSpec) -> str:
 
 
 def qemu_options(spec: GuestSpec) -> list[str]:
-    """The two NICs. No spaces allowed: vng pastes these into a shell command line."""
+    """The two NICs, and the memory layout. No spaces allowed: vng pastes these into a shell command line."""
     return [
         "-netdev", f"user,id=mgmt,hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22",
         "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac(spec.index)}",
         "-netdev", f"socket,id=lab,connect=127.0.0.1:{spec.hub_port}",
         "-device", f"virtio-net-pci,netdev=lab,mac={lab_mac(spec.index)}",
+        *(qemu_machine(spec.low_memory) if spec.low_memory else []),
     ]
 
 
@@ -124,6 +130,8 @@ def vng_command(spec: GuestSpec, vng: str = "vng") -> list[str]:
     if not spec.kvm:
         argv.append("--disable-kvm")
     argv += ["--exec", guest_exec(spec)]
+    if spec.low_memory:
+        argv += [f"--append={arg}" for arg in KERNEL_ARGS]
     # `=` form: a value starting with '-' would be taken for an option by vng's argparse.
     argv.append("--qemu-opts=" + " ".join(qemu_options(spec)))
     return argv
@@ -139,8 +147,7 @@ def start_guest(spec: GuestSpec, console_log: Path, vng: str) -> subprocess.Pope
 _MARKER_RE = re.compile(rf"^(?:{READY_MARKER}|{FAILED_MARKER}) \S.*$", re.MULTILINE)
 
 
-def read_marker(console_log: Path, name: str) -> tuple[bool, str] | None:
-    """(True, netdev) once the guest printed its ready marker, (False, reason) if it failed, else None."""
+def _marker(console_log: Path, name: str) -> tuple[bool, str, dict[str, str]] | None:
     try:
         text = console_log.read_text(errors="replace")
     except FileNotFoundError:
@@ -150,11 +157,23 @@ def read_marker(console_log: Path, name: str) -> tuple[bool, str] | None:
         if who.rstrip(":") != name:
             continue
         if marker == FAILED_MARKER:
-            return False, " ".join(rest)
+            return False, " ".join(rest), {}
         fields = dict(f.split("=", 1) for f in rest if "=" in f)
         if "netdev" in fields:
-            return True, fields["netdev"]
+            return True, fields["netdev"], fields
     return None
+
+
+def read_marker(console_log: Path, name: str) -> tuple[bool, str] | None:
+    """(True, netdev) once the guest printed its ready marker, (False, reason) if it failed, else None."""
+    found = _marker(console_log, name)
+    return None if found is None else found[:2]
+
+
+def ready_fields(console_log: Path, name: str) -> dict[str, str]:
+    """The ready marker's ``key=value`` fields (``netdev``, ``mgmt``, ``proxy``); empty before it."""
+    found = _marker(console_log, name)
+    return found[2] if found is not None else {}
 
 
 def console_tail(console_log: Path, lines: int = 40) -> str:

@@ -39,8 +39,10 @@ def status(state_dir: Path = DEFAULT_STATE_DIR, out: TextIO | None = None) -> in
         return 1
     age = time.time() - state.started
     kernel = f", kernel {state.kernel_release}" if state.kernel_release else ""  # a lab up'd before it was kept
-    print(f"lab in {directory}: {len(state.guests)} guests ({state.provider}{kernel}), started {age:.0f} s ago, "
-          f"{'ready' if state.ready else 'NOT READY (booting, or up failed)'}", file=stream)
+    proxy = "" if state.proxy_module is None else f", {'san_proxy.ko' if state.proxy_module else 'proxy stand-in'}"
+    low = "" if state.low_memory is None else f", low memory {state.low_memory}"
+    print(f"lab in {directory}: {len(state.guests)} guests ({state.provider}{kernel}{proxy}{low}), started "
+          f"{age:.0f} s ago, {'ready' if state.ready else 'NOT READY (booting, or up failed)'}", file=stream)
     healthy = state.ready
     hub_alive = state.hub_pgid is not None and group_is_ours(state.hub_pgid, state.state_dir)
     healthy &= hub_alive

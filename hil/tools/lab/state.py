@@ -54,6 +54,8 @@ class LabState:
     kernel: str | None = None  # the guests' vmlinuz
     kernel_release: str | None = None  # its release (uname -r in the guests): 6.12.117+deb13-amd64
     provider: str = "rxe"  # the RDMA provider of every guest (hil.tools.lab.provider)
+    proxy_module: bool | None = None  # san_proxy.ko loaded in every guest, or the stand-in; None: a lab before it
+    low_memory: str | None = None  # RAM below 4 GiB ("256M", or "all": qemu's layout); None: a lab before it
     started: float = field(default_factory=time.time)
     ready: bool = False
 

@@ -408,7 +408,7 @@ def test_a_boot_stopped_before_the_ready_marker_leaves_no_temp_files(
     monkeypatch.setattr(lab, "start_guest", start_guest)
     state_dir = tmp_path / "lab"
     opts = lab.UpOptions(hosts=1, state_dir=state_dir, kernel_cache=tmp_path / "cache", accel="tcg",
-                         boot_timeout=1.0)
+                         boot_timeout=1.0, proxy_module=False)
     out = io.StringIO()
     try:
         with pytest.raises(LabError, match="lab1 failed to boot twice: no ready marker within 1 s"):
@@ -452,7 +452,7 @@ def test_a_second_signal_cannot_cut_the_teardown_short(tmp_path: Path, monkeypat
     state_dir = tmp_path / "lab"
     try:
         status = main(["lab", "up", "--hosts", "1", "--state-dir", str(state_dir), "--kernel-cache",
-                       str(tmp_path / "cache"), "--accel", "tcg"])
+                       str(tmp_path / "cache"), "--accel", "tcg", "--no-proxy-module"])
     finally:
         progress_log.removeHandler(handler)
         for guest in guests:

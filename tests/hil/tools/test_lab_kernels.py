@@ -26,6 +26,7 @@ from hil.tools.lab.boot import UpOptions
 from hil.tools.lab.buildroot import dependencies
 from hil.tools.lab.kernel import DEFAULT_CACHE, KERNELS, Kernel, fetch_kernel, kernel_choice
 from hil.tools.lab.lab import status
+from hil.tools.lab.proxy import san_proxy_module
 from hil.tools.lab.siw import siw_module, vermagic
 from hil.tools.lab.state import GuestState, LabState
 
@@ -71,8 +72,9 @@ class _Tools:
         elif tool == "chroot":
             root, make = Path(argv[1]), argv[argv.index("make"):]
             source = root / next(a for a in make if a.startswith("M=")).removeprefix("M=/")
-            (source / "siw.ko").write_bytes(b"module")
-            out = "  LD [M]  siw.ko\n"
+            module = "san_proxy.ko" if source.name == "san_proxy" else "siw.ko"
+            (source / module).write_bytes(b"module")
+            out = f"  LD [M]  {module}\n"
         elif tool == "modinfo":
             out = f"{RELEASE} SMP preempt mod_unload modversions\n"
         return subprocess.CompletedProcess(argv, 0, out, "")
@@ -226,7 +228,7 @@ def test_siw_for_612_is_built_in_a_trixie_root(tmp_path: Path) -> None:
     root = tmp_path / "buildroot" / "trixie"
     assert module.path == tmp_path / "siw" / RELEASE / "siw.ko" and module.debian_version == VERSION
     mmdebstrap = next(c for c in tools.calls if c[0] == "mmdebstrap")
-    assert mmdebstrap[1:3] == ["--variant=essential", "--include=gcc-14,make,pahole,libelf1t64,libssl3t64,zlib1g"]
+    assert mmdebstrap[1:3] == ["--variant=essential", "--include=gcc-14,make,pahole,libelf1t64,libssl3t64,zlib1g,perl"]
     download = next(c for c in tools.calls if "download" in c)
     assert download[download.index("download") + 1:] == [
         f"linux-headers-{RELEASE}={VERSION}", f"linux-headers-6.12.117+deb13-common={VERSION}",
@@ -242,6 +244,64 @@ def test_siw_for_612_is_built_in_a_trixie_root(tmp_path: Path) -> None:
     again = _Tools(tmp_path)
     assert siw_module(kernel, tmp_path, lines.append, again) == module
     assert again.tools() == ["modinfo", "modinfo"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the build root is made and entered as root")
+def test_san_proxy_for_612_needs_only_the_headers_in_the_root(tmp_path: Path) -> None:
+    tools, lines = _Tools(tmp_path), list[str]()
+    kernel = fetch_kernel(tmp_path, lines.append, tools, KERNELS["6.12"])
+    tools.calls.clear()
+    module = san_proxy_module(kernel, tmp_path, lines.append, tools)
+    root = tmp_path / "buildroot" / "trixie"
+    assert module.path.parent.parent == tmp_path / "san_proxy" / RELEASE and module.debian_version == VERSION
+    download = next(c for c in tools.calls if "download" in c)
+    assert download[download.index("download") + 1:] == [  # no linux-source: san_proxy needs no kernel source
+        f"linux-headers-{RELEASE}={VERSION}", f"linux-headers-6.12.117+deb13-common={VERSION}",
+        f"linux-kbuild-6.12.117+deb13={VERSION}"]
+    make = next(c for c in tools.calls if c[0] == "chroot")
+    assert make[:2] == ["chroot", str(root)] and "W=1" in make
+    assert [a for a in make if a.startswith("M=/tmp/san_proxy-")]
+    assert list((root / "tmp").iterdir()) == []
+    assert any("build root for san_proxy.ko: making it with mmdebstrap" in line for line in lines)
+    # siw.ko later: only the source is unpacked in addition, the headers are there at that version
+    tools.calls.clear()
+    siw_module(kernel, tmp_path, lines.append, tools)
+    download = next(c for c in tools.calls if "download" in c)
+    assert download[download.index("download") + 1:] == [f"linux-source-6.12={VERSION}"]
+    assert "mmdebstrap" not in tools.tools()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the build root is made and entered as root")
+def test_a_build_root_of_another_package_list_is_made_again(tmp_path: Path) -> None:
+    from hil.tools.lab.buildroot import build_root
+
+    root = tmp_path / "buildroot" / "trixie"
+    (root / "tmp").mkdir(parents=True)
+    (root / "old-file").write_text("")
+    (root / ".pytest-san-complete").write_text("mmdebstrap --variant=essential trixie: gcc-14 make\n")
+    tools, lines = _Tools(tmp_path), list[str]()
+    assert build_root("trixie", tmp_path, lines.append, tools, purpose="san_proxy.ko") == root
+    assert lines[0] == (f"Debian trixie build root {root} was made with gcc-14 make; making it again with gcc-14 make "
+                        "pahole libelf1t64 libssl3t64 zlib1g perl")
+    assert tools.tools() == ["mmdebstrap"] and not (root / "old-file").exists()
+    assert build_root("trixie", tmp_path, lines.append, tools) == root and tools.tools() == ["mmdebstrap"]
+
+
+def test_san_proxy_for_612_as_a_user_says_it_needs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even with the root made and the headers unpacked (by root, for an earlier source), make runs through chroot."""
+    tools = _Tools(tmp_path)
+    kernel = fetch_kernel(tmp_path, lambda m: None, tools, KERNELS["6.12"])
+    root = tmp_path / "buildroot" / "trixie"
+    (root / "tmp").mkdir(parents=True)
+    (root / ".pytest-san-complete").write_text(
+        "mmdebstrap --variant=essential trixie: gcc-14 make pahole libelf1t64 libssl3t64 zlib1g perl\n")
+    (root / "var/lib/pytest-san").mkdir(parents=True)
+    for package in (f"linux-headers-{RELEASE}", "linux-headers-6.12.117+deb13-common", "linux-kbuild-6.12.117+deb13"):
+        (root / "var/lib/pytest-san" / package).write_text(VERSION + "\n")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(LabError, match=r"building san_proxy.ko in the build root .* needs root .*cached"):
+        san_proxy_module(kernel, tmp_path, lambda m: None, tools)
+    assert "chroot" not in tools.tools()
 
 
 def test_siw_for_612_as_a_user_says_it_needs_root_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

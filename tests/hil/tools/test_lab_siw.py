@@ -40,7 +40,7 @@ from hil.tools.lab.inventory import host_configs, write_inventory
 from hil.tools.lab.kernel import DEFAULT_CACHE, Kernel, find_kernel
 from hil.tools.lab.keys import generate_keys
 from hil.tools.lab.lab import status
-from hil.tools.lab.siw import _run as real_run
+from hil.tools.lab.modules import _run as real_run
 from hil.tools.lab.siw import build_tree, debian_version, kernel_banner, siw_module, vermagic
 from hil.tools.lab.state import GuestState, LabState
 from tests.support.lab_hosts import INVENTORY_ENV
@@ -243,8 +243,13 @@ def test_a_stale_cache_is_rebuilt_and_a_mismatched_build_refused(tmp_path: Path)
 
     failing = _Tools(installed, built=None)
     (folder / ".complete").unlink()
-    with pytest.raises(LabError, match=r"building siw.ko against .* failed \(exit 2\):\nsiw_main.c:1: error"):
+    with pytest.raises(LabError) as failed:
         siw_module(kernel, tmp_path / "cache", lambda m: None, failing, src)
+    # one line: the compiler's first error and where the whole log is kept
+    log = folder.with_name(f"{kernel.version}.build-failed.log")
+    assert str(failed.value) == (f"building siw.ko against {src / f'linux-headers-{kernel.version}'} failed (exit 2): "
+                                 f"siw_main.c:1: error: the test says no; the full log: {log}")
+    assert "the test says no" in log.read_text()
 
 
 @pytest.mark.slow

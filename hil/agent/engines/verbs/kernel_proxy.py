@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hil.agent.proxy_module import (
+from hil.agent.engines.verbs.proxy_module import (
     CACHE_OTHER,
     KIND_ADAPTER,
     KIND_ALLOCATION,

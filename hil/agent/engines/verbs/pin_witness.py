@@ -15,6 +15,7 @@ again, briefly, before it says so. Standard library only, Python 3.9+.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,8 +40,11 @@ def vm_pin_pages(pid: int, proc: Path = Path("/proc")) -> int | None:
     return None
 
 
-def foll_pins(vmstat: Path = Path("/proc/vmstat")) -> int | None:
-    """Pages pinned on the whole machine now (nr_foll_pin_acquired - nr_foll_pin_released), or None."""
+def foll_pins(vmstat: Path = Path("/proc/vmstat"), refresh: Path = Path("/proc/sys/vm/stat_refresh")) -> int | None:
+    """Pages pinned on the whole machine now (nr_foll_pin_acquired - nr_foll_pin_released), or None. The counters
+    are gathered from each CPU now and then: writing vm.stat_refresh (root) folds them in first."""
+    with contextlib.suppress(OSError):
+        refresh.write_text("1\n")
     try:
         fields = dict(line.split() for line in vmstat.read_text().splitlines() if line.count(" ") == 1)
         return int(fields["nr_foll_pin_acquired"]) - int(fields["nr_foll_pin_released"])
