@@ -15,6 +15,7 @@
 #include <linux/device.h>
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
+#include <linux/gfp.h>
 #include <linux/math64.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
@@ -46,7 +47,9 @@
 #endif
 #define SAN_MAX_CONTIGUOUS ((u64)PAGE_SIZE << SAN_MAX_ORDER)
 
-#define SAN_CONTIG_TRIES 8		/* blocks tried for a contiguous request: bounded under TCG */
+#define SAN_CONTIG_TRIES 8		/* blocks tried per order for a contiguous request: bounded under TCG */
+#define SAN_CONTIG_SPLIT 64		/* pages: larger blocks are tried (and split) only while this small */
+#define SAN_SPLIT_ORDER UINT_MAX	/* a block's order when it was cut out of a larger one: page by page */
 #define SAN_PIN_CHUNK SZ_64K		/* pages per pin_user_pages_fast call */
 #define SAN_FREE_MARGIN (SZ_32M >> PAGE_SHIFT)	/* pages an allocation always leaves free */
 #define SAN_SYSCTL "/proc/sys/vm/lowmem_reserve_ratio"
@@ -280,8 +283,13 @@ static void obj_destroy(struct san_obj *obj)
 			__free_page(obj->pages[--obj->npages]);
 		break;
 	case SAN_PROXY_KIND_CONTIGUOUS:
-		if (kernel_cache_reset(obj->first, obj->npages, obj->cache))
+		if (!kernel_cache_reset(obj->first, obj->npages, obj->cache))
+			break;
+		if (obj->order != SAN_SPLIT_ORDER)
 			__free_pages(obj->first, obj->order);
+		else
+			while (obj->npages)
+				__free_page(nth_page(obj->first, --obj->npages));
 		break;
 	case SAN_PROXY_KIND_COMMON:
 		if (kernel_cache_reset(obj->first, obj->npages, obj->cache))
@@ -633,31 +641,63 @@ static gfp_t contiguous_zone(u64 highest)
 	return GFP_KERNEL;
 }
 
-/* A buddy block that fits, or NULL after SAN_CONTIG_TRIES misses (kept aside meanwhile, then freed). */
-static struct page *contiguous_block(const struct san_proxy_contiguous *c, unsigned int order)
+/* The first page of [block, block + 2^order) where npages pages fit the request, or -1. */
+static long block_offset(struct page *block, unsigned int order, unsigned long npages,
+			 const struct san_proxy_contiguous *c)
+{
+	unsigned long i;
+
+	for (i = 0; i + npages <= 1UL << order; i++)
+		if (contiguous_fits(page_to_phys(block) + ((phys_addr_t)i << PAGE_SHIFT), c))
+			return i;
+	return -1;
+}
+
+/*
+ * A buddy block holding npages pages that fit, its order and where they start in it; NULL when none came in
+ * SAN_CONTIG_TRIES blocks of each order tried. The request's own order first; then, for a small request,
+ * larger orders (a block just freed sits on its own order's list, and a narrow range is often inside one).
+ * The misses are kept aside until the end, so that each try gets another block; then freed.
+ */
+static struct page *contiguous_block(const struct san_proxy_contiguous *c, unsigned long npages,
+				     unsigned int *order, unsigned long *offset)
 {
 	gfp_t gfp = contiguous_zone(c->highest) | __GFP_ZERO | __GFP_NOWARN | __GFP_NORETRY;
-	struct page *rejects[SAN_CONTIG_TRIES];
+	struct page *rejects[SAN_CONTIG_TRIES * 8];
+	unsigned int orders[SAN_CONTIG_TRIES * 8];
+	unsigned int j, n = 0, tries;
 	struct page *page = NULL;
-	unsigned int n = 0;
+	long at = -1;
 
-	while (n < SAN_CONTIG_TRIES) {
-		page = alloc_pages(gfp, order);
-		if (!page || contiguous_fits(page_to_phys(page), c))
+	for (j = get_order(c->length); j <= SAN_MAX_ORDER && n + SAN_CONTIG_TRIES <= ARRAY_SIZE(rejects); j++) {
+		if (j > get_order(c->length) && (1UL << j) > SAN_CONTIG_SPLIT)
 			break;
-		rejects[n++] = page;
-		page = NULL;
+		for (tries = 0; tries < SAN_CONTIG_TRIES; tries++) {
+			page = alloc_pages(gfp, j);
+			if (!page)
+				break;
+			at = block_offset(page, j, npages, c);
+			if (at >= 0)
+				goto found;
+			rejects[n] = page;
+			orders[n++] = j;
+		}
 	}
-	while (n)
-		__free_pages(rejects[--n], order);
+	page = NULL;
+found:
+	while (n--)
+		__free_pages(rejects[n], orders[n]);
+	*order = j;
+	*offset = at;
 	return page;
 }
 
 /* The block, NULL for none, or an error. */
 static struct san_obj *contiguous_alloc(const struct san_proxy_contiguous *c)
 {
-	unsigned int order = get_order(c->length);
+	unsigned long i, offset, npages = PAGE_ALIGN(c->length) >> PAGE_SHIFT;
 	struct san_obj *obj;
+	unsigned int order;
 	struct page *page;
 	int ret;
 
@@ -666,14 +706,25 @@ static struct san_obj *contiguous_alloc(const struct san_proxy_contiguous *c)
 	obj = san_obj_new(SAN_PROXY_KIND_CONTIGUOUS, c->length, c->cache_type);
 	if (!obj)
 		return ERR_PTR(-ENOMEM);
-	page = contiguous_block(c, order);
+	page = contiguous_block(c, npages, &order, &offset);
 	if (!page) {
 		kfree(obj);
 		return NULL;
 	}
+	if (offset == 0 && order == get_order(c->length)) {
+		obj->order = order;	/* the block as the buddy allocator gave it */
+		obj->npages = 1UL << order;
+	} else {
+		/* cut out of a larger block: its pages become single pages, those outside go back */
+		split_page(page, order);
+		for (i = 0; i < 1UL << order; i++)
+			if (i < offset || i >= offset + npages)
+				__free_page(nth_page(page, i));
+		page = nth_page(page, offset);
+		obj->order = SAN_SPLIT_ORDER;
+		obj->npages = npages;
+	}
 	obj->first = page;
-	obj->order = order;
-	obj->npages = 1UL << order;
 	obj->base = page_to_phys(page);
 	ret = kernel_cache_set(page, obj->npages, c->cache_type);	/* the whole block */
 	if (ret) {
