@@ -39,6 +39,7 @@ from hil.agent.engines.verbs.proxy_module import (
 from pytest_san.contract import PAGE_SIZE, CacheType, SanError, WsaError, is_int
 from pytest_san.dma import CommonBuffer, DmaAdapterBooks, check_description, check_integers, checked_put
 
+#: What the action an ioctl runs returns.
 T = TypeVar("T")
 
 CALL_TIMEOUT = 60.0  # an ioctl of the module never takes this long, even under TCG: it is stuck
