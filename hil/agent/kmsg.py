@@ -16,7 +16,7 @@ import errno
 import os
 import re
 
-__all__ = ["KernelLogWatch", "first_trouble"]
+__all__ = ["KernelLogWatch", "console_trouble", "first_trouble"]
 
 KMSG = "/dev/kmsg"
 LINES = 12  # of a report: enough for its headline, the faulting code and the top of its stack
@@ -24,6 +24,13 @@ TROUBLE = re.compile(
     r"^(?:Oops\b|BUG: |kernel BUG at|general protection fault|Kernel panic|WARNING: CPU: |"
     r"watchdog: BUG: soft lockup|INFO: task .* blocked for more than|Unable to handle kernel|"
     r"BUG: unable to handle)")
+
+
+def console_trouble(text: str) -> list[str]:
+    """The first lines of the first oops, BUG, warning or panic on a serial console's output (its lines carry
+    the kernel's ``[   12.345678] `` time stamps, which are left out), or []."""
+    lines = [re.sub(r"^\[\s*\d+\.\d+\]\s?", "", line.rstrip("\r")) for line in text.splitlines()]
+    return first_trouble(lines)
 
 
 def first_trouble(messages: list[str]) -> list[str]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from hil.agent.kmsg import console_trouble
 from hil.controller.client import AgentClient, Outcome
 from hil.controller.connecting import connect_many
 from hil.controller.errors import AgentError, BackendBroken
@@ -179,6 +181,21 @@ def combined_capabilities(per_agent: Sequence[frozenset[str]], nodes: int) -> fr
     if nodes >= 3:
         caps |= {"third_host"}
     return caps - {"emulator"}
+
+
+def _console_trouble(host: HostConfig) -> str:
+    """What a dead host's serial console shows of an oops or panic, where the inventory names its console
+    (``san_console_log``: a `san-hil lab` guest's), as lines to add to the error; else nothing."""
+    path = host.extra.get("san_console_log")
+    if not isinstance(path, str):
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - (256 << 10)))  # the end: a long run's console is large
+            lines = console_trouble(f.read().decode(errors="replace"))
+    except OSError:
+        return ""
+    return "".join(f"\n  {line}" for line in ["its console shows:", *lines]) if lines else ""
 
 
 def _ask_leaks(agents: Sequence[Agent], send: Callable[[Agent, list[tuple[int, str, list[Encoded]]]], None],
@@ -394,7 +411,7 @@ class HilBackend:
                 except Exception as exc:  # said once; every later test would only try again, and fail so
                     why = (str(exc).strip() or type(exc).__name__).partition("\n")[0]
                     self.broken = (f"{agent.client.where}: its agent died ({died}) and could not be started "
-                                   f"again: {why}")
+                                   f"again: {why}{_console_trouble(agent.host)}")
                     raise BackendBroken(self.broken) from exc
                 self.lease_log.start([a.host.name for a in self.agents])
                 self.kernel_log.host(agent.host.name, agent.kernel_release, agent.witness, agent.workarounds,

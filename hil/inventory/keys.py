@@ -57,6 +57,7 @@ EXTRA_KEYS: dict[str, Parser] = {
     "san_remote_tmp": text,  # where the agent is pushed on the host (default /tmp), the scope of its lease
     "san_lab_address": text,  # `san-hil lab`: the guest's address on the lab segment (only inside the guests)
     "san_lab_kernel": text,  # `san-hil lab`: the kernel release the guest boots (the report reads the host's own)
+    "san_console_log": text,  # `san-hil lab`: the guest's console on the controller's machine, read if its agent dies
 }
 _SAN_KEYS = sorted([k for k in KEYS if k.startswith("san_")] + list(EXTRA_KEYS))
 

@@ -21,6 +21,8 @@ from pytest_san.plugin.hooks import created_backend
 
 WORKEROUTPUT_KERNEL = "san_kernel"
 MERGED_KEY = pytest.StashKey[dict[str, Any]]()
+PROXIES_KEY = pytest.StashKey[dict[str, Any]]()
+"""Which proxy driver ran on each host, kept at the session's end for the terminal summary."""
 """In the xdist controller: {"kernel": {...}, "kernel_resources": {...}, "proxy": {...}} of every finished worker."""
 
 
@@ -45,6 +47,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if backend is None:
         return
     backend.end_kernel_record()
+    session.config.stash[PROXIES_KEY] = dict(backend.kernel_log.proxies)  # the backend is gone by the summary
     workeroutput: dict[str, Any] | None = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput[WORKEROUTPUT_KERNEL] = {"kernel": dict(backend.kernel_log.kernels),
@@ -104,9 +107,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     if hasattr(config, "workerinput"):
         return
     merged = config.stash.get(MERGED_KEY, None)
-    backend = _backend(config)
     proxies: dict[str, Any] = dict(merged["proxy"]) if merged else {}
-    if backend is not None:
-        proxies.update(backend.kernel_log.proxies)
+    kept: dict[str, Any] = config.stash.get(PROXIES_KEY, {})
+    proxies.update(kept)
     if proxies:
         terminalreporter.write_line(proxy_line(proxies))

@@ -24,7 +24,7 @@ def host_configs(state: LabState, keys: LabKeys) -> list[HostConfig]:
         HostConfig(name=g.name, host=LAB_HOST, port=g.ssh_port, user="root", key_file=keys.client_key,
                    known_hosts=keys.known_hosts, engine="verbs", device=rdma.device, netdev=g.netdev,
                    gid_index=rdma.gid_index, groups=(GROUP,),
-                   extra={"san_lab_address": g.lab_address,
+                   extra={"san_lab_address": g.lab_address, "san_console_log": g.console_log,
                           **({"san_lab_kernel": state.kernel_release} if state.kernel_release else {})})
         for g in state.guests
     ]

@@ -15,7 +15,7 @@ import pytest
 
 from hil.agent.engines.verbs.kernel_proxy import as_san_error, nolowmem_in_effect, zone_protection
 from hil.agent.engines.verbs.pin_witness import PinWitness, foll_pins, pages_spanned, vm_pin_pages
-from hil.agent.kmsg import KernelLogWatch, first_trouble
+from hil.agent.kmsg import KernelLogWatch, console_trouble, first_trouble
 from pytest_san import PAGE_SIZE, WsaError
 
 P = PAGE_SIZE
@@ -185,3 +185,15 @@ def test_a_watch_without_the_log_says_why(tmp_path: Path) -> None:
     watch = KernelLogWatch(str(tmp_path / "no-kmsg"))
     assert watch.unavailable is not None and "no-kmsg" in watch.unavailable
     assert watch.trouble() == []
+
+
+def test_a_consoles_oops_is_read_without_its_time_stamps() -> None:
+    console = ("[   26.189947] rdma_rxe: loaded\r\n"
+               "[  301.000001] BUG: kernel NULL pointer dereference, address: 0000000000000008\r\n"
+               "[  301.000002] #PF: supervisor read access in kernel mode\r\n"
+               "[  301.000003] RIP: 0010:san_free+0x12/0x80 [san_proxy]\r\n"
+               "[  301.1] Kernel panic - not syncing: Fatal exception\r\n")
+    trouble = console_trouble(console)
+    assert trouble[0] == "BUG: kernel NULL pointer dereference, address: 0000000000000008"
+    assert trouble[2] == "RIP: 0010:san_free+0x12/0x80 [san_proxy]" and len(trouble) == 4
+    assert console_trouble("[    1.0] Linux version 6.12\nSAN-LAB-READY lab1 netdev=eth1\n") == []

@@ -269,9 +269,58 @@ def running(agent: Agent, pids: set[int]) -> set[int]:
     return {int(p) for p in run(agent, ["sh", "-c", script, "sh", *map(str, sorted(pids))]).split()}
 
 
+def kernel_books(agent: Agent) -> dict[str, Any]:
+    """What the guest's kernel holds for the proxy module: its live objects, the reserve ratio (NOLOWMEM), the
+    machine's long-term pins (after vm.stat_refresh folded the per-CPU counters in)."""
+    out = run(agent, ["sh", "-c", "echo 1 > /proc/sys/vm/stat_refresh; cat /sys/class/misc/san_proxy/live; "
+                                  "echo ratio $(cat /proc/sys/vm/lowmem_reserve_ratio); grep nr_foll_pin /proc/vmstat"])
+    fields = [line.split(None, 1) for line in out.splitlines() if line.strip()]
+    values = {k: v.strip() for k, v in fields}
+    live = {k: int(v) for k, v in values.items() if k not in ("ratio", "nr_foll_pin_acquired", "nr_foll_pin_released")}
+    return {"live": live, "ratio": values["ratio"],
+            "foll_pins": int(values["nr_foll_pin_acquired"]) - int(values["nr_foll_pin_released"])}
+
+
+def hold_proxy_objects(proxy: Any, buf: Any) -> None:
+    """A pin, a contiguous block, a DMA adapter with a common buffer and NOLOWMEM (where it has it), held."""
+    from pytest_san import FOUR_GIB, CacheType, DeviceDescription
+
+    proxy.pin(buf)
+    assert proxy.allocate_contiguous(3 * 4096, 0, FOUR_GIB - 1, 0, CacheType.WRITE_COMBINED) is not None
+    description = DeviceDescription.zeroed()
+    description.version, description.master, description.dma32, description.maximum_length = 2, True, True, 1 << 20
+    assert proxy.get_dma_adapter(description).allocate_common_buffer(2 * 4096, False) is not None
+    with contextlib.suppress(SanError):  # a guest with all its memory below 4 GiB has no NOLOWMEM
+        proxy.set_nolowmem(True)
+
+
+def test_an_oops_in_a_guest_ends_the_run_with_its_first_lines(lab_hosts: list[HostConfig]) -> None:
+    """The guest's kernel log shows an oops (planted: written into /dev/kmsg): the next leak check ends the
+    backend, one line naming the host, then the report's first lines; every later reset says the same."""
+    from hil.controller.errors import BackendBroken
+
+    with lab_backend(lab_hosts) as backend:
+        agent = backend.agents[0]
+        run(agent, ["sh", "-c", "printf '<2>BUG: pytest-san planted oops\\n' > /dev/kmsg; "
+                                "printf '<4>RIP: 0010:planted+0x0/0x10 [san_proxy]\\n' > /dev/kmsg"])
+        assert backend.leaks() == []  # the oops is not a leak: it ends the backend
+        with pytest.raises(BackendBroken) as err:
+            backend.reset()
+        first, *rest = str(err.value).splitlines()
+        assert first.startswith(f"{agent.host.name}: its kernel reported trouble during this test")
+        assert rest[:2] == ["  BUG: pytest-san planted oops", "  RIP: 0010:planted+0x0/0x10 [san_proxy]"]
+        with pytest.raises(BackendBroken):
+            backend.reset()
+    with lab_backend(lab_hosts) as fresh:  # a new agent looks from its own start on
+        assert fresh.leaks() == []
+        fresh.reset()
+
+
 def test_killed_agent_leaves_nothing_registered(lab_hosts: list[HostConfig]) -> None:
     with lab_backend(lab_hosts) as backend:
         agent = backend.agents[0]
+        module = (agent.proxy or {}).get("kind") == "kernel module"  # san_proxy: the agent holds its objects too
+        quiet = kernel_books(agent) if module else {}  # before the test pins anything
         conn = Switch(backend).connect()
         a = conn.local
         buf = a.process.alloc(1 << 20)
@@ -281,6 +330,11 @@ def test_killed_agent_leaves_nothing_registered(lab_hosts: list[HostConfig]) -> 
         peer = conn.remote
         window = peer.process.alloc(1 << 16)
         peer.provider.register_rdma_memory(peer.socket, window, Access.WRITE)
+        if module:
+            hold_proxy_objects(a.proxy, buf)
+            held = kernel_books(agent)
+            assert held["live"]["pins"] == 1 and held["live"]["contiguous"] == 1, held
+            assert held["live"]["common_buffers"] == 1 and held["foll_pins"] > quiet["foll_pins"], held
 
         pid = agent.client.channel.pid
         assert pid is not None
@@ -297,6 +351,10 @@ def test_killed_agent_leaves_nothing_registered(lab_hosts: list[HostConfig]) -> 
         print(f"agent {pid} killed: {sorted(children)} gone after {took:.1f} s; held before "
               f"{ {k: len(v) for k, v in before.items()} }, after {after}")
         assert after == {}, f"{agent.host.name}: the kernel still holds resources of {theirs}: {after}"
+        if module:  # the module's objects went with the agent's file, NOLOWMEM too; no page stays pinned
+            left = kernel_books(agent)
+            assert all(v == 0 for v in left["live"].values()), left
+            assert left["ratio"] == quiet["ratio"] and left["foll_pins"] == quiet["foll_pins"], (quiet, left)
 
         with pytest.raises(AgentError) as err:  # the controller learns it at its next call, naming the host
             a.process.alloc(64)

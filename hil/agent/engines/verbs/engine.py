@@ -418,7 +418,9 @@ class VerbsEngine:
         for process in self.processes:
             role = "default" if process is self.default_process else "spawned"
             if process.alive:
-                out.append({**process.child.call("kernel_declared"), "role": role})
+                declared = process.child.call("kernel_declared")
+                declared["vm_pin_pages"] = declared.get("vm_pin_pages", 0) + self.proxy.inner.pinned_pages(process.pid)
+                out.append({**declared, "role": role})
             else:
                 out.append({"pid": process.pid, "role": f"{role}, killed"})
         live = {d["pid"] for d in out}  # a pid the guest gave out again is the live process's
@@ -523,4 +525,5 @@ class VerbsEngine:
 
 _KINDS = {"VerbsEngine": "engine", "VerbsNode": "node", "ModelledProcess": "process", "VerbsProvider": "provider",
           "VerbsProxy": "proxy", "VerbsSocket": "socket", "VerbsOperation": "operation",
-          "HostAllocation": "allocation", "HostDmaAdapter": "adapter", "RsocketsChild": "observed"}
+          "HostAllocation": "allocation", "HostDmaAdapter": "adapter", "RsocketsChild": "observed",
+          "KernelAllocation": "allocation", "KernelPin": "allocation", "KernelDmaAdapter": "adapter"}

@@ -105,12 +105,13 @@ class KernelAllocation:
 class KernelPin:
     """A buffer's pages the module pinned in the buffer's own process (``pins.py``)."""
 
-    __slots__ = ("id", "length", "physical_runs", "process")
+    __slots__ = ("id", "length", "pages", "physical_runs", "process")
 
-    def __init__(self, process: Any, id: int, length: int, runs: tuple[tuple[int, int], ...]) -> None:
+    def __init__(self, process: Any, id: int, length: int, pages: int, runs: tuple[tuple[int, int], ...]) -> None:
         self.process = process  # the engine's ModelledProcess
         self.id = id
         self.length = length
+        self.pages = pages  # pinned, in the process's VmPin
         self.physical_runs = runs
 
     def __repr__(self) -> str:
@@ -271,7 +272,8 @@ class KernelProxy:
     def pin(self, buffer: Any) -> KernelPin:
         process, address, length = self._buffer("pin", buffer)
         got = process.child.call("proxy_pin", address=address, length=length)
-        pin = KernelPin(process, int(got["id"]), length, tuple((int(a), int(n)) for a, n in got["runs"]))
+        pin = KernelPin(process, int(got["id"]), length, int(got["pages"]),
+                        tuple((int(a), int(n)) for a, n in got["runs"]))
         self._pins[next(self._pin_keys)] = pin
         return pin
 
@@ -285,6 +287,10 @@ class KernelProxy:
             COMPACT_MEMORY.write_text("1\n")
         except OSError as exc:
             raise SanError(WsaError.WSAEOPNOTSUPP, f"compact_memory on {self.name}: {exc}") from None
+
+    def pinned_pages(self, pid: int) -> int:
+        """Pages the proxy's books say it pinned in process ``pid`` (the pin witness adds them to its MRs')."""
+        return sum(p.pages for p in self._pins.values() if p.process.pid == pid and p.process.alive)
 
     def _ended_pins(self) -> None:
         """A pin of a process that ended is gone: the module unpinned it when the process's file closed."""

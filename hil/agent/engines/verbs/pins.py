@@ -50,7 +50,7 @@ class Pins:
         except OSError as exc:
             raise as_san_error(exc, "pin") from None
         self._pins[pin_id] = pages
-        return {"id": pin_id, "runs": [list(run) for run in runs]}
+        return {"id": pin_id, "pages": pages, "runs": [list(run) for run in runs]}
 
     def unpin(self, pin_id: int) -> None:
         if self._device is None or pin_id not in self._pins:
@@ -60,10 +60,6 @@ class Pins:
         except OSError as exc:
             raise as_san_error(exc, "unpin") from None
         del self._pins[pin_id]
-
-    def pages(self) -> int:
-        """Pages this process has pinned through the module (in its VmPin)."""
-        return sum(self._pins.values())
 
     def frames(self, address: int, length: int) -> list[list[int]]:
         self._checked("physical_runs", address, length)

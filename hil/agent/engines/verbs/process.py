@@ -87,12 +87,12 @@ class VerbsProcess:
         return {"pid": self.pid, **self.device.hello(), "max_sockets": self.device.max_sockets}
 
     def _pinned_pages(self, sockets: list[dict[str, Any]]) -> int:
-        """The pages this process's books say are pinned: each MR's (registrations, the null page's, those the
-        device would not release yet) and each proxy pin's (pin_witness.py compares them with VmPin)."""
+        """The pages this process's MRs pin, as its books say: each registration's, the null page's, those the
+        device would not release yet (pin_witness.py compares them, with the proxy's pins, to VmPin)."""
         mrs = [(r["address"], r["length"]) for s in sockets for r in s["registrations"]]
         mrs += [(0, PAGE_SIZE) for s in sockets for _ in s["mrs"]]
         mrs += [(int(o.buf), int(o.length)) for o in self.releases.held if type(o).__name__ == "MR"]
-        return sum(pages_spanned(address, length) for address, length in mrs) + self.pins.pages()
+        return sum(pages_spanned(address, length) for address, length in mrs)
 
     # -- memory ---------------------------------------------------------------------------------
 

@@ -145,6 +145,10 @@ class PinnedProxy:
     def cache_type_of(self, base: int) -> int:
         raise self._cannot("cache_type_of")
 
+    @staticmethod
+    def pinned_pages(pid: int) -> int:
+        return 0  # the stand-in pins nothing in a process
+
     # -- capabilities ---------------------------------------------------------------------------
 
     def capabilities(self) -> frozenset[str]:
