@@ -22,8 +22,8 @@ from .support import TIMEOUT, expect_error
 from .test_proxy import free_all, nolowmem
 
 P = PAGE_SIZE
-# (bytes, offset in the first page): a page, an unaligned buffer over several pages, one past 64 KiB
-PIN_SHAPES = ((P, 0), (3 * P + 100, 17), (64 * 1024 + 17, P - 5))
+# (bytes, offset in the first page): a byte, a page, an unaligned buffer over several pages, one past 64 KiB
+PIN_SHAPES = ((1, 5), (P, 0), (3 * P + 100, 17), (64 * 1024 + 17, P - 5))
 PRESSURE_CHUNK = 4 << 20
 PRESSURE_LIMIT = 1 << 30  # a bigger host is not drained: it keeps the scenario's cost bounded
 
@@ -99,16 +99,42 @@ def test_rdma_lands_in_the_pinned_pages(conn: Connection) -> None:
         b.proxy.free(pin)
 
 
+@pytest.mark.san_rule("P1", "P3")
+@pytest.mark.san_requires("direct_io", "nolowmem", "physical_addresses")
+def test_under_nolowmem_a_buffers_pages_stay_above_4_gib(san_backend: Backend, san_proxy: Proxy) -> None:
+    """A process's own pages are ordinary memory: under NOLOWMEM they are above 4 GiB when first touched, pinned
+    or not, and a compaction that moves the unpinned ones keeps them there."""
+    process = san_backend.nodes[0].default_process
+    with nolowmem(san_proxy):
+        pinned, loose = process.alloc(4 * P), process.alloc(4 * P)
+        pinned.write(b"p" * pinned.length)
+        loose.write(b"l" * loose.length)
+        pin = direct(san_proxy).pin(pinned)
+        try:
+            for when in ("touched", "compacted"):
+                for name, buf in (("pinned", pinned), ("unpinned", loose)):
+                    low = [run for run in direct(san_proxy).physical_runs(buf) if run[0] < FOUR_GIB]
+                    assert not low, f"NOLOWMEM, yet a {name} page of the process, {when}, is below 4 GiB: " \
+                                    f"{low[0][0]:#x}"
+                direct(san_proxy).compact_memory()
+        finally:
+            san_proxy.free(pin)
+
+
 @pytest.mark.san_rule("P1")
 @pytest.mark.san_requires("direct_io")
 def test_a_pin_of_memory_that_is_not_the_callers_is_refused(san_backend: Backend, san_proxy: Proxy) -> None:
     """Nothing but a process's own mapped memory is pinned: an unmapped range, an empty or negative one, a buffer
-    of a process that ended; a refused pin holds nothing, and a pin freed twice is WSAEINVAL."""
+    of a process that ended, another host's buffer, something that is no buffer at all; a refused pin holds
+    nothing, and a pin freed twice is WSAEINVAL."""
     node = san_backend.nodes[0]
     before = san_proxy.live_allocations()
     buf = node.default_process.alloc(P)
     unmapped = node.default_process.buffer_at(buf.address + 16 * P, P)
     expect_error(WsaError.WSAEFAULT, direct(san_proxy).pin, unmapped)
+    expect_error(WsaError.WSAEFAULT, direct(san_proxy).pin, "a buffer's name")
+    if len(san_backend.nodes) > 1:
+        expect_error(WsaError.WSAEFAULT, direct(san_proxy).pin, san_backend.nodes[1].default_process.alloc(P))
     expect_error(WsaError.WSAEFAULT, direct(san_proxy).pin, buf.view(0, 0))
     expect_error(WsaError.WSAEINVAL, direct(san_proxy).pin, node.default_process.buffer_at(buf.address, -P))
     ended = node.spawn_process()
@@ -151,6 +177,7 @@ def test_a_contiguous_block_is_mapped_with_its_cache_type(san_proxy: Proxy, cach
         try:
             got = cast(CacheTypeProxy, san_proxy).cache_type_of(base)
             assert got == cache_type, f"a {cache_type.name} block of {nbytes} bytes is mapped {CacheType(got).name}"
+            expect_error(WsaError.WSAEINVAL, cast(CacheTypeProxy, san_proxy).cache_type_of, float(base))
         finally:
             san_proxy.free_contiguous(base, nbytes, cache_type)
     expect_error(WsaError.WSAEINVAL, cast(CacheTypeProxy, san_proxy).cache_type_of, base)
