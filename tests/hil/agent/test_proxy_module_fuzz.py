@@ -89,30 +89,32 @@ class Fuzz:
             self.ids.append(out[fields.index("id")])
 
     def mmap(self) -> None:
+        length = self.rng.choice([0, 1, P, 3 * P, 16 * P, 1 << 30])
         try:
-            address = self.device.map(self.object_id(), self.rng.choice([0, 1, P, 3 * P, 16 * P, 1 << 30]))
+            address = self.device.map(self.object_id(), length)
         except OSError as exc:
             assert exc.errno in ERRNOS | {errno.ENODEV}, exc
             return
-        self.maps.append((address, P))
+        self.maps.append((address, -(-length // P) * P))  # a mapping keeps the file open until all of it goes
         if self.rng.random() < 0.5:
             ctypes.memset(address, 0x5A, 1)  # the mapping is memory that can be written
 
+    IOCTLS = (("PIN", "san_proxy_pin"), ("ALLOCATE", "san_proxy_allocate"),
+              ("ALLOCATE_CONTIGUOUS", "san_proxy_contiguous"), ("GET_ADAPTER", "san_proxy_description"),
+              ("ALLOCATE_COMMON", "san_proxy_common"), ("FREE", "san_proxy_free"), ("FREE", "san_proxy_free"),
+              ("QUERY", "san_proxy_query"), ("PTES", "san_proxy_ptes"), ("INFO", "san_proxy_info"))
+
     def step(self) -> None:
         self.calls += 1
-        action = self.rng.randrange(12)
-        if action == 10:
+        action = self.rng.randrange(len(self.IOCTLS) + 2)
+        if action == len(self.IOCTLS):
             self.mmap()
-        elif action == 11 and self.maps:
-            address, _ = self.maps.pop(self.rng.randrange(len(self.maps)))
-            pm.libc.munmap(address, P)
+        elif action > len(self.IOCTLS):
+            if self.maps:
+                address, length = self.maps.pop(self.rng.randrange(len(self.maps)))
+                pm.libc.munmap(address, length)
         else:
-            ioctl, layout = [("PIN", "san_proxy_pin"), ("ALLOCATE", "san_proxy_allocate"),
-                             ("ALLOCATE_CONTIGUOUS", "san_proxy_contiguous"),
-                             ("GET_ADAPTER", "san_proxy_description"), ("ALLOCATE_COMMON", "san_proxy_common"),
-                             ("FREE", "san_proxy_free"), ("FREE", "san_proxy_free"), ("QUERY", "san_proxy_query"),
-                             ("PTES", "san_proxy_ptes"), ("INFO", "san_proxy_info")][action]
-            self.raw(ioctl, layout)
+            self.raw(*self.IOCTLS[action])
 
 
 @pytest.fixture
