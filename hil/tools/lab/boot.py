@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["UpOptions", "up"]
 
 HUB_PORT_FILE = "hub.port"
+STAND_IN_HUGEPAGES = 32  # per guest, where the proxy is the userspace stand-in: contiguous memory, DMA buffers
 HUB_LOG = "hub.log"
 INIT_SCRIPT = "guest-init.sh"
 INVENTORY = "lab.yaml"
@@ -82,7 +83,8 @@ class _Cancelled(Exception):
 class UpOptions:
     hosts: int = 2
     memory: str = "1G"
-    hugepages: int = 32  # 2 MiB hugetlb pages per guest: contiguous memory and DMA buffers (P3-P5)
+    hugepages: int | None = None  # 2 MiB hugetlb pages per guest, for the stand-in's P3-P5; None: 32 without
+    # the proxy module, 0 with it (the module takes its blocks from the buddy allocator)
     state_dir: Path = DEFAULT_STATE_DIR
     inventory_out: Path | None = None  # default <state dir>/lab.yaml
     kernel_cache: Path = DEFAULT_CACHE
@@ -93,6 +95,12 @@ class UpOptions:
     kernel: str = DEFAULT_KERNEL  # 6.1 (Debian 12) or 6.12 (Debian 13): hil.tools.lab.kernel.KERNELS
     proxy_module: bool = True  # san_proxy.ko in every guest; False: the agent's userspace stand-in
     low_memory: str = DEFAULT_LOW_MEMORY  # RAM below 4 GiB, the rest above (NOLOWMEM); "all": qemu's layout
+
+    @property
+    def reserved_hugepages(self) -> int:
+        if self.hugepages is not None:
+            return self.hugepages
+        return 0 if self.proxy_module else STAND_IN_HUGEPAGES
 
     @property
     def directory(self) -> Path:
@@ -257,7 +265,7 @@ class _Booter:
         spec = GuestSpec(index=guest.index, ssh_port=guest.ssh_port, hub_port=self.state.hub_port,
                          vmlinuz=self.kernel.vmlinuz, init_script=Path(self.state.state_dir) / INIT_SCRIPT,
                          host_key=self.keys.host_key, authorized_keys=self.keys.client_pub,
-                         memory=self.opts.memory, kvm=kvm, hugepages=self.opts.hugepages,
+                         memory=self.opts.memory, kvm=kvm, hugepages=self.opts.reserved_hugepages,
                          provider=self.state.provider, siw_module=self.siw_module,
                          proxy_module=self.proxy_module, low_memory=self.low_memory)
         log = Path(guest.console_log)

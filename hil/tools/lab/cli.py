@@ -34,9 +34,10 @@ def _state_dir(parser: argparse.ArgumentParser) -> None:
 def _up_arguments(parser: argparse.ArgumentParser, hosts_default: int) -> None:
     parser.add_argument("--hosts", type=int, default=hosts_default, help=f"guests to boot (default {hosts_default})")
     parser.add_argument("--memory", default="1G", help="memory per guest (default 1G)")
-    parser.add_argument("--hugepages", type=int, default=32, metavar="N",
-                        help="2 MiB hugetlb pages reserved in each guest, for the proxy's contiguous memory "
-                             "and DMA buffers (default 32; 0: none, those scenarios skip)")
+    parser.add_argument("--hugepages", type=int, default=None, metavar="N",
+                        help="2 MiB hugetlb pages reserved in each guest, for the userspace stand-in's contiguous "
+                             "memory and DMA buffers (default: 32 with --no-proxy-module, else 0: the module "
+                             "needs none)")
     _state_dir(parser)
     parser.add_argument("--inventory-out", type=Path, default=None,
                         help="where to write the inventory (default <state dir>/lab.yaml)")

@@ -434,3 +434,14 @@ def test_state_and_status_say_the_proxy_and_the_layout(tmp_path: Path) -> None:
     status(tmp_path, out=out)
     assert f"(rxe, kernel {RELEASE}), started" in out.getvalue()
 
+
+
+def test_hugepages_are_reserved_for_the_stand_in_only_unless_asked() -> None:
+    """The module takes its contiguous blocks from the buddy allocator: a lab with it reserves no hugetlb pages,
+    one with the userspace stand-in 32 a guest (its contiguous memory); an explicit --hugepages wins."""
+    from hil.tools.lab.boot import STAND_IN_HUGEPAGES, UpOptions
+
+    assert UpOptions().reserved_hugepages == 0
+    assert UpOptions(proxy_module=False).reserved_hugepages == STAND_IN_HUGEPAGES == 32
+    assert UpOptions(hugepages=4).reserved_hugepages == 4
+    assert UpOptions(proxy_module=False, hugepages=0).reserved_hugepages == 0
