@@ -248,7 +248,8 @@ def host_proxy(host: str) -> KernelProxy | PinnedProxy:
     try:
         return KernelProxy(host)
     except (OSError, SanError) as exc:  # no module loaded, or it answers no INFO
-        return PinnedProxy(host, why=f"no kernel proxy: {exc}")
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return PinnedProxy(host, why=f"no kernel proxy: {why}")
 
 
 class VerbsNode:
