@@ -404,8 +404,8 @@ def test_unknown_san_key_is_a_typo(tmp_path: Path) -> None:
     path = write(tmp_path, "all:\n  hosts:\n    node1: {san_enigne: verbs}\n")
     assert fails(path) == (
         f"{path}: host 'node1': san_enigne: unknown key (did you mean san_engine?); known san_ keys: "
-        "san_device, san_engine, san_gid_index, san_known_hosts, san_lab_address, san_lab_kernel, san_loopback, "
-        "san_netdev, san_port, san_remote_tmp"
+        "san_console_log, san_device, san_engine, san_gid_index, san_known_hosts, san_lab_address, san_lab_kernel, "
+        "san_loopback, san_netdev, san_port, san_remote_tmp"
     )
 
 
