@@ -2,7 +2,7 @@
 
     python3 child.py [--address 10.0.0.1] [--library librdmacm.so.1]
 
-The agent starts one per process under test (``hil.agent.rsockets.driver``) so that whatever rsockets does
+The agent starts one per process under test (``hil.agent.observe.driver``) so that whatever rsockets does
 happens in a process of its own: the kernel's record of that process is what gets judged, a call that hangs
 is ended by killing the process (the agent names the call), and what the process leaves behind when it exits
 can be read. Standard library and ``ctypes`` only, Python 3.9+; it runs as a script.
@@ -22,28 +22,22 @@ import argparse
 import base64
 import ctypes
 import ctypes.util
-import errno
-import json
 import mmap
 import os
 import socket
 import struct
 import sys
-import threading
-from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script by the agent: its tree is importable from two levels up
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+from hil.agent.observe.serve import CallFailed, Server, own_stdout
 
 SOL_RDMA = 0x10000  # rsocket.h
 RDMA_IOMAPSIZE = 3
 PROT_WRITE = 0x2
 CALLS = ("rsocket", "rbind", "rlisten", "raccept", "rconnect", "rsend", "rrecv", "riomap", "riounmap", "riowrite",
          "rsetsockopt", "rgetsockname", "rclose")
-
-
-class CallFailed(Exception):
-    def __init__(self, call: str, code: int) -> None:
-        super().__init__(f"{call}: {os.strerror(code) if code else 'failed'} (errno {code})")
-        self.call, self.code = call, code
 
 
 def load(name: str | None) -> ctypes.CDLL:
@@ -159,65 +153,19 @@ METHODS = ("alloc", "fill", "peek", "rsocket", "iomapsize", "listen", "accept", 
            "iounmap", "iowrite", "close")
 
 
-class Server:
-    def __init__(self, calls: Rsockets, out: IO[bytes]) -> None:
-        self.calls = calls
-        self.out = out
-        self._lock = threading.Lock()
-
-    def emit(self, message: dict[str, Any]) -> None:
-        line = (json.dumps(message) + "\n").encode()
-        with self._lock:
-            self.out.write(line)
-            self.out.flush()
-
-    def answer(self, rid: Any, call: str, args: dict[str, Any]) -> None:
-        try:
-            if call not in METHODS:
-                raise LookupError(f"no call {call!r} (known: {', '.join(METHODS)})")
-            fn: Callable[..., Any] = getattr(self.calls, call)
-            self.emit({"id": rid, "result": fn(**args)})
-        except CallFailed as exc:
-            self.emit({"id": rid, "error": {"call": exc.call, "errno": exc.code, "message": str(exc)}})
-        except Exception as exc:  # a bad request: named, and the process goes on
-            self.emit({"id": rid, "error": {"call": call, "errno": None, "message": f"{type(exc).__name__}: {exc}"}})
-
-    def serve(self, inp: IO[bytes]) -> None:
-        for line in inp:
-            if not line.strip():
-                continue
-            try:
-                request = json.loads(line)
-                rid, call, args = request.get("id"), request["call"], request.get("args") or {}
-            except (ValueError, KeyError, AttributeError) as exc:
-                self.emit({"id": None, "error": {"call": None, "errno": errno.EINVAL,
-                                                 "message": f"not a request ({exc}): {line[:200]!r}"}})
-                continue
-            if call == "exit":
-                self.emit({"id": rid, "result": None})
-                return
-            if request.get("background"):
-                threading.Thread(target=self.answer, args=(rid, call, args), daemon=True).start()
-            else:
-                self.answer(rid, call, args)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pytest-san-rsockets-child")
     parser.add_argument("--address", help="the IPv4 address to bind listening sockets to")
     parser.add_argument("--library", help="the librdmacm to load (default: librdmacm.so.1 as found)")
     args = parser.parse_args(argv)
-    out = sys.stdout.buffer
-    sys.stdout = sys.stderr
-    server = Server(None, out)  # type: ignore[arg-type]  # no agent: the child answers its own lines
+    server = Server(None, METHODS, own_stdout())
     try:
         lib = load(args.library)
     except (OSError, AttributeError) as exc:
-        server.emit({"id": 0, "error": {"call": None, "errno": None,
-                                        "message": f"no rsockets here: cannot load librdmacm's rsocket calls ({exc})"}})
+        server.refuse_to_start(f"no rsockets here: cannot load librdmacm's rsocket calls ({exc})")
         return 2
     server.calls = Rsockets(lib, args.address)
-    server.emit({"id": 0, "result": {"pid": os.getpid(), "library": lib.path}})
+    server.hello({"library": lib.path})
     server.serve(sys.stdin.buffer)
     sys.stdout.flush()
     os._exit(0)  # no atexit, no destructors: what rsockets leaves is what the kernel must release

@@ -19,7 +19,8 @@ from hil.agent.engines.verbs.proxy import PinnedProxy, host_capabilities
 from hil.agent.engines.verbs.quirks import applied, driver_of
 from hil.agent.engines.verbs.witness import KernelWitness
 from hil.agent.kmsg import KernelLogWatch
-from hil.agent.rsockets.driver import RsocketsChild, rsockets_library
+from hil.agent.nvme.available import nvme_fabric_child, nvme_rdma_available
+from hil.agent.observe.driver import PROGRAMS, ObservedChild, rsockets_library
 from pytest_san import checks
 from pytest_san.contract import (
     SanError,
@@ -266,8 +267,9 @@ class VerbsNode:
     def spawn_process(self) -> ModelledProcess:
         return self.engine.spawn()
 
-    def spawn_observed(self, program: str) -> RsocketsChild:
-        """A process under observation running ``program`` (``"rsockets"``: ``hil.agent.rsockets``)."""
+    def spawn_observed(self, program: str) -> ObservedChild:
+        """A process under observation running ``program``: ``"rsockets"`` (``hil.agent.rsockets``), ``"nvme"``
+        or ``"nvme-rogue"`` (``hil.agent.nvme``)."""
         return self.engine.spawn_observed(program)
 
 
@@ -296,12 +298,16 @@ class VerbsEngine:
         self.proxy = VerbsProxy(self, host_proxy(host))
         self.default_process = self.spawn(spare=False)  # a spare only once processes are spawned: a quick hello
         self.faults = None
-        self.observed: list[RsocketsChild] = []  # processes under observation (killed at reset and close)
+        self.observed: list[ObservedChild] = []  # processes under observation (killed at reset and close)
 
-    def spawn_observed(self, program: str) -> RsocketsChild:
-        if program != "rsockets":
-            raise ValueError(f"no program {program!r} to observe on {self.host} (there is: rsockets)")
-        child = RsocketsChild(self.device, self.address)
+    def spawn_observed(self, program: str) -> ObservedChild:
+        if program not in PROGRAMS:
+            raise ValueError(f"no program {program!r} to observe on {self.host} (there is: "
+                             f"{', '.join(sorted(PROGRAMS))})")
+        if program == "nvme":
+            child = nvme_fabric_child(self.device, self.address)
+        else:
+            child = ObservedChild(self.device, self.address, program=program)
         self.observed.append(child)
         return child
 
@@ -338,6 +344,8 @@ class VerbsEngine:
                                                                                             checks.REFERENCE_ORDER}
         if rsockets_library() is not None:
             caps.add("rsockets")  # librdmacm's rsocket calls, for a switch under observation
+        if nvme_rdma_available() is None:
+            caps.add("nvme_rdma")  # the kernel's NVMe-oF host and target, and nvme-cli
         return {"engine": self.name, "capabilities": sorted(caps),
                 "nodes": [{"name": self.host, "node": self.node, "provider": self.provider, "proxy": self.proxy}],
                 "device": self.device, "port": self.port, "address": self.address, "netdev": self.netdev,
@@ -526,5 +534,5 @@ class VerbsEngine:
 
 _KINDS = {"VerbsEngine": "engine", "VerbsNode": "node", "ModelledProcess": "process", "VerbsProvider": "provider",
           "VerbsProxy": "proxy", "VerbsSocket": "socket", "VerbsOperation": "operation",
-          "HostAllocation": "allocation", "HostDmaAdapter": "adapter", "RsocketsChild": "observed",
+          "HostAllocation": "allocation", "HostDmaAdapter": "adapter", "ObservedChild": "observed",
           "KernelAllocation": "allocation", "KernelPin": "allocation", "KernelDmaAdapter": "adapter"}

@@ -1,5 +1,5 @@
-"""The agent's side of a process under observation: an rsockets child (``child.py``), its calls bounded in time,
-and the kernel's record of what it holds.
+"""The agent's side of a process under observation: a child program (``PROGRAMS``: rsockets' ``child.py``, the
+NVMe-oF ``fabric.py`` and ``nvme_rogue.py``), its calls bounded in time, and the kernel's record of what it holds.
 
 Each call waits at most its deadline. A call that does not return by then is a *hang*: the driver measures
 what the process does meanwhile (its CPU share over a second, its state), reads what the kernel holds for it
@@ -10,6 +10,10 @@ The kernel's record is read by thread group: rsockets' listen thread makes an ac
 so they carry that thread's id (``hil.agent.rdma_netlink`` names its process, ``tgid``); an object whose making
 thread has ended carries no pid at all, and is listed apart (``unowned``) when it appeared after the child
 started (the device is leased to the session: nothing else on it makes objects from a thread that ends).
+
+A program that drives a kernel module (NVMe-oF's host and target) holds nothing itself: what it made is owned by
+modules, which the kernel's record names (``kern_name``: ``nvme_rdma``, ``nvmet_rdma``, ``rdma_cm``). Such a
+child is read by module (``modules``): the kernel-owned objects made since it started, each with its module.
 
 Standard library only, Python 3.9+.
 """
@@ -31,7 +35,12 @@ from typing import Any
 
 from hil.agent.rdma_netlink import KernelUnreadable, read_resources
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+_AGENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHILD = os.path.join(_AGENT, "rsockets", "child.py")
+PROGRAMS = {"rsockets": CHILD, "nvme": os.path.join(_AGENT, "nvme", "fabric.py"),
+            "nvme-rogue": os.path.join(_AGENT, "engines", "verbs", "nvme_rogue.py")}
+"""The programs a child can run, by the name ``spawn_observed`` takes."""
+CLEANUP_DEADLINE = 120.0  # seconds a program's own cleanup may take after it was killed (NVMe-oF teardown)
 KINDS = ("mr", "qp", "pd", "cq", "cm_id", "ctx")
 _IDS = {"qp": "lqpn", "pd": "pdn", "cq": "cqn", "cm_id": "cm_idn", "ctx": "ctxn", "mr": "mrn"}
 MR_FIELDS = ("mrn", "length", "lkey", "rkey", "pdn", "iova")
@@ -99,28 +108,83 @@ def _fields(kind: str, entry: dict[str, Any]) -> dict[str, Any]:
     return {k: entry[k] for k in keep if k in entry}
 
 
+def run_cleanup(cmd: list[str], deadline: float = CLEANUP_DEADLINE) -> dict[str, Any]:
+    """Run a killed program's cleanup command within ``deadline``: {"code", "said"} or {"hang": deadline}."""
+    try:
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline, check=False)
+    except subprocess.TimeoutExpired:
+        return {"hang": deadline, "command": " ".join(cmd)}
+    except OSError as exc:
+        return {"code": None, "said": str(exc)}
+    return {"code": done.returncode, "said": (done.stdout + done.stderr).decode(errors="replace")[-2000:].strip()}
+
+
+def kernel_owned(kernel: dict[str, list[dict[str, Any]]]) -> set[tuple[str, Any]]:
+    """(kind, id) of every object a module owns."""
+    return {(kind, e.get(_IDS[kind])) for kind in KINDS for e in kernel.get(kind, []) if "kern_name" in e}
+
+
+def held_by_modules(kernel: dict[str, list[dict[str, Any]]], modules: tuple[str, ...],
+                    before: set[tuple[str, Any]]) -> dict[str, Any]:
+    """The kernel-owned objects of ``modules`` that were not there before (``before``), each with its
+    ``module``; for a PD, its ``unsafe_global_rkey`` where it has one: {"mr": [...], ..., "modules": {name: count}}."""
+    out: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    for kind in KINDS:
+        mine = [e for e in kernel.get(kind, []) if e.get("kern_name") in modules
+                and (kind, e.get(_IDS[kind])) not in before]
+        out[kind] = []
+        for entry in mine:
+            fields = _fields(kind, entry)
+            fields["module"] = entry["kern_name"]
+            if kind == "pd" and entry.get("unsafe_global_rkey"):
+                fields["unsafe_global_rkey"] = entry["unsafe_global_rkey"]
+            if kind == "pd" and "users" in entry:
+                fields["users"] = entry["users"]
+            out[kind].append(fields)
+            counts[entry["kern_name"]] = counts.get(entry["kern_name"], 0) + 1
+    out["modules"] = counts
+    out["unowned"] = {}
+    return out
+
+
 def unowned_now(kernel: dict[str, list[dict[str, Any]]]) -> set[tuple[str, Any]]:
     return {(kind, e.get(_IDS[kind])) for kind in KINDS for e in kernel.get(kind, [])
             if "pid" not in e and "kern_name" not in e}
 
 
-class RsocketsChild:
-    """One rsockets child and its requests (one at a time, except those started in the background)."""
+class ObservedChild:
+    """One child program and its requests (one at a time, except those started in the background).
+
+    ``program`` names what it runs (``PROGRAMS``); ``modules``: read the kernel's record by those modules'
+    names instead of by the child's pid; ``cleanup``: a command run (bounded) once the child was killed, which
+    undoes what a killed program could not (an NVMe-oF connection, a configfs target)."""
 
     _ids = itertools.count(1)
 
     def __init__(self, device: str | None, address: str | None = None, python: str | None = None,
-                 start_timeout: float = 60.0, read: Reader | None = None, argv: list[str] | None = None) -> None:
-        """``argv``: the program to run instead of ``child.py`` (tests of the plumbing only)."""
+                 start_timeout: float = 60.0, read: Reader | None = None, argv: list[str] | None = None,
+                 program: str = "rsockets", modules: tuple[str, ...] = (),
+                 cleanup: list[str] | None = None, extra: list[str] | None = None) -> None:
+        """``argv``: the command to run instead of the program's (tests of the plumbing only); ``extra``: more
+        arguments for the program."""
+        if program not in PROGRAMS:
+            raise ValueError(f"no program {program!r} to observe (there is: {', '.join(sorted(PROGRAMS))})")
         self.device = device
+        self.program = program
+        self.modules = modules
+        self._cleanup = cleanup
+        self.cleaned: dict[str, Any] | None = None  # what the cleanup command said, once it ran
         self._read: Reader = read or (lambda: read_resources(device))
         self._before: set[tuple[str, Any]] = set()
         self.kernel_unavailable: str | None = None
         try:
-            self._before = unowned_now(self._read())
+            reading = self._read()
+            self._before = kernel_owned(reading) if modules else unowned_now(reading)
         except KernelUnreadable as exc:
             self.kernel_unavailable = exc.strerror or str(exc)
-        cmd = argv or [python or sys.executable, CHILD, *(["--address", address] if address else [])]
+        cmd = argv or [python or sys.executable, PROGRAMS[program], *(["--address", address] if address else []),
+                       *(["--device", device] if device and program != "rsockets" else []), *(extra or [])]
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 -- lives as long as the child
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       close_fds=True)
@@ -248,7 +312,10 @@ class RsocketsChild:
         if self.kernel_unavailable is not None:
             return {"unavailable": self.kernel_unavailable}
         try:
-            return held_by(self._read(), self.pid, self._before)
+            reading = self._read()
+            if self.modules:
+                return held_by_modules(reading, self.modules, self._before)
+            return held_by(reading, self.pid, self._before)
         except KernelUnreadable as exc:
             return {"unavailable": exc.strerror or str(exc)}
 
@@ -274,6 +341,8 @@ class RsocketsChild:
                 self._proc.send_signal(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=30)
+        if self._cleanup is not None and self.cleaned is None:
+            self.cleaned = run_cleanup(self._cleanup)
         for pipe in (self._proc.stdin, self._proc.stdout):
             with contextlib.suppress(OSError):
                 if pipe is not None:
