@@ -6,6 +6,10 @@ switch). A backend that can run one has ``spawn_observed(node, program)`` (:clas
 verbs hosts do, and declare the capability ``rsockets`` where librdmacm exports the rsocket calls. The emulator
 runs no program of another language, so the scenarios that need one are skipped there.
 
+The second is the kernel's NVMe over Fabrics on RDMA (capability ``nvme_rdma``): programs ``"nvme"`` (the kernel's
+target or host on a node, :class:`NvmeFabric`, judged by what the modules hold) and ``"nvme-rogue"`` (a target of
+ours that tries what the host advertised, :class:`RogueTarget`).
+
 Every call waits at most its deadline. Its outcome is a mapping with exactly one of:
 
 * ``"result"``: what the call returned;
@@ -29,7 +33,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from .protocols import Node
 
-__all__ = ["CallFailed", "CallHung", "Observed", "ObservedProcess", "Observing", "ProcessGone", "RsocketsProcess"]
+__all__ = ["CallFailed", "CallHung", "NvmeFabric", "Observed", "ObservedProcess", "Observing", "ProcessGone",
+           "RogueTarget", "RsocketsProcess"]
 
 Outcome = Mapping[str, Any]
 """Exactly one of ``result``, ``error``, ``hang``, ``gone`` (see the module's docstring)."""
@@ -169,3 +174,89 @@ class RsocketsProcess:
     def close(self, fd: int, deadline: float | None = None) -> Outcome:
         """The raw outcome: ``rclose`` may hang (``{"hang": ...}``)."""
         return self.process.call("close", {"fd": fd}, self.deadline if deadline is None else deadline)
+
+
+class NvmeFabric:
+    """The calls of ``hil/agent/nvme/fabric.py`` (program ``"nvme"``): the kernel's NVMe-oF target or host on one
+    node, each call raising on anything but a result. ``kernel()`` is what the modules ``nvme_rdma``,
+    ``nvmet_rdma`` and ``rdma_cm`` hold on that node that they did not hold when the process started: per kind,
+    entries with their ``module`` (a PD with its ``unsafe_global_rkey`` where it has one), and ``"modules"``:
+    counts by module."""
+
+    def __init__(self, process: ObservedProcess, deadline: float = 60.0) -> None:
+        self.process = process
+        self.deadline = deadline
+
+    def _do(self, call: str, deadline: float | None = None, **args: object) -> Any:
+        return result(self.process.call(call, args, self.deadline if deadline is None else deadline), call)
+
+    def target(self, nqn: str, port: int = 4420, size_mb: int = 64) -> dict[str, Any]:
+        made: dict[str, Any] = self._do("target", nqn=nqn, port=port, size_mb=size_mb)
+        return made
+
+    def untarget(self) -> dict[str, Any]:
+        removed: dict[str, Any] = self._do("untarget")
+        return removed
+
+    def host_module(self, register_always: str) -> dict[str, Any]:
+        loaded: dict[str, Any] = self._do("host_module", 90.0, register_always=register_always)
+        return loaded
+
+    def admin_timeout(self, seconds: int) -> None:
+        self._do("admin_timeout", seconds=seconds)
+
+    def connect(self, address: str, nqn: str, hostnqn: str, **options: object) -> dict[str, Any]:
+        connected: dict[str, Any] = self._do("connect", 90.0, address=address, nqn=nqn, hostnqn=hostnqn, **options)
+        return connected
+
+    def try_connect(self, address: str, nqn: str, hostnqn: str, deadline: float = 120.0,
+                    **options: object) -> Outcome:
+        """The raw outcome of a connect that may fail (a rogue target refuses it)."""
+        return self.process.call("connect", {"address": address, "nqn": nqn, "hostnqn": hostnqn, **options},
+                                 deadline)
+
+    def io(self, namespace: str, size: int, offset: int = 0, seed: int = 1) -> dict[str, Any]:
+        done: dict[str, Any] = self._do("io", namespace=namespace, size=size, offset=offset, seed=seed)
+        return done
+
+    def key_cycle(self, namespace: str, reads: int) -> dict[str, Any]:
+        watched: dict[str, Any] = self._do("key_cycle", 300.0, namespace=namespace, reads=reads)
+        return watched
+
+    def disconnect(self, nqn: str) -> dict[str, Any]:
+        done: dict[str, Any] = self._do("disconnect", 90.0, nqn=nqn)
+        return done
+
+    def unload(self, *modules: str) -> dict[str, Any]:
+        done: dict[str, Any] = self._do("unload", 120.0, modules=list(modules))
+        return done
+
+    def kmsg(self) -> list[str]:
+        return list(self._do("kmsg"))
+
+    def parameters(self) -> dict[str, Any]:
+        values: dict[str, Any] = self._do("parameters")
+        return values
+
+    def kernel(self) -> Mapping[str, Any]:
+        return self.process.kernel()
+
+
+class RogueTarget:
+    """The calls of ``hil/agent/engines/verbs/nvme_rogue.py`` (program ``"nvme-rogue"``): a listener of ours where
+    nvmet would be, which tries what the host's advertised keys allow (its module docstring says each probe)."""
+
+    def __init__(self, process: ObservedProcess, deadline: float = 60.0) -> None:
+        self.process = process
+        self.deadline = deadline
+
+    def listen(self, port: int = 4420) -> dict[str, Any]:
+        where: dict[str, Any] = result(self.process.call("listen", {"port": port}, self.deadline), "listen")
+        return where
+
+    def start(self, probe: str, deadline: float = 150.0) -> int:
+        return self.process.start("serve", {"probe": probe, "deadline": deadline})
+
+    def finish(self, started: int, deadline: float = 180.0) -> dict[str, Any]:
+        found: dict[str, Any] = result(self.process.finish(started, "serve", deadline), "the rogue target's serve")
+        return found

@@ -1,5 +1,6 @@
-"""The fixture of the observed scenarios: rsockets processes on the backend's nodes, killed after the test;
-rsockets' declared deviations (``deviations.py``), on a backend that observes it; and what a deviating scenario
+"""The fixtures of the observed scenarios: rsockets processes, and NVMe-oF's kernel drivers and rogue target, on the
+backend's nodes, killed after the test (which undoes what they made); the declared deviations (``deviations.py``)
+of what a backend observes; and what a deviating scenario
 saw, added to its reason (a hang's deadline, CPU share and what the kernel held), so the verdict says what
 happened on this run and not only what was declared."""
 
@@ -11,17 +12,25 @@ from typing import Any
 import pytest
 
 from pytest_san import Backend, Deviation
-from pytest_san.observed import ObservedProcess, Observing, RsocketsProcess
+from pytest_san.observed import NvmeFabric, ObservedProcess, Observing, RogueTarget, RsocketsProcess
 from pytest_san.plugin.hooks import DEVIATION_ATTR
 
-from .deviations import RSOCKETS
+from .deviations import NVME, NVME_POOL_KEYS, RSOCKETS
 
 
 def pytest_san_deviations(config: pytest.Config, backend: Backend) -> Iterable[Deviation] | None:
-    """rsockets' deviations, where its scenarios run: elsewhere they are skipped and would show none."""
-    if isinstance(backend, Observing) and "rsockets" in backend.capabilities:
-        return RSOCKETS
-    return None
+    """rsockets' and NVMe-oF's deviations, where their scenarios run: elsewhere they are skipped and would show
+    none. The pool key's comes back only where requests use pool MRs (``register_always=Y``)."""
+    if not isinstance(backend, Observing):
+        return None
+    declared: list[Deviation] = []
+    if "rsockets" in backend.capabilities:
+        declared += RSOCKETS
+    if "nvme_rdma" in backend.capabilities:
+        declared += NVME
+        if config.getoption("san_nvme_register_always") == "Y":
+            declared += NVME_POOL_KEYS
+    return declared or None
 
 
 SAW = 700  # characters of what a deviating scenario saw, in its reason
@@ -55,4 +64,41 @@ def rsockets(san_backend: Backend) -> Iterator[Callable[[int], RsocketsProcess]]
 
     yield spawn
     for process in spawned:
+        process.kill()
+
+
+class Nvme:
+    """What an NVMe-oF scenario spawns: ``fabric(i)`` (the kernel's target or host on node ``i``), ``rogue(i)`` (our
+    target on node ``i``), and the run's ``register_always``; every process is killed after the test, and its
+    cleanup disconnects, removes the target and unloads what it loaded."""
+
+    def __init__(self, backend: Observing, nodes: list[Any], register_always: str) -> None:
+        self._backend = backend
+        self._nodes = nodes
+        self.register_always = register_always
+        self.spawned: list[ObservedProcess] = []
+
+    def _spawn(self, index: int, program: str) -> ObservedProcess:
+        process = self._backend.spawn_observed(self._nodes[min(index, len(self._nodes) - 1)], program)
+        self.spawned.append(process)
+        return process
+
+    def fabric(self, index: int) -> NvmeFabric:
+        return NvmeFabric(self._spawn(index, "nvme"))
+
+    def rogue(self, index: int) -> RogueTarget:
+        return RogueTarget(self._spawn(index, "nvme-rogue"))
+
+
+@pytest.fixture
+def nvme(san_backend: Backend, request: pytest.FixtureRequest) -> Iterator[Nvme]:
+    """The NVMe-oF processes of one scenario (``Nvme``)."""
+    if not isinstance(san_backend, Observing):
+        pytest.skip(f"the {getattr(san_backend, 'name', type(san_backend).__name__)} backend runs no program under "
+                    "observation (spawn_observed): NVMe-oF is judged on the hil backend's verbs hosts")
+    if len(san_backend.nodes) < 2:
+        pytest.skip("NVMe-oF's target and host need two nodes")
+    spawned = Nvme(san_backend, list(san_backend.nodes), request.config.getoption("san_nvme_register_always"))
+    yield spawned
+    for process in reversed(spawned.spawned):  # the host first: it disconnects before its target goes
         process.kill()

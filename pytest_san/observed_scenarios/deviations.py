@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pytest_san.deviations import Deviation
 
-__all__ = ["IMPLEMENTATION", "RSOCKETS"]
+__all__ = ["IMPLEMENTATION", "NVME", "NVME_POOL_KEYS", "NVME_RDMA", "RSOCKETS"]
 
 IMPLEMENTATION = "rsockets (librdmacm)"
 
@@ -32,3 +32,47 @@ RSOCKETS: tuple[Deviation, ...] = (
         tests=("test_rclose_with_a_live_riomap_releases_everything",),
     ),
 )
+
+
+NVME_RDMA = "NVMe over Fabrics on RDMA (the kernel's nvme-rdma host)"
+
+NVME: tuple[Deviation, ...] = (
+    Deviation(
+        rule="R2",
+        implementation=NVME_RDMA,
+        what=("one protection domain per RDMA device, shared by every controller and every queue of the host "
+              "(drivers/nvme/host/rdma.c nvme_rdma_find_get_device: one nvme_rdma_device per ib_device, its PD "
+              "allocated once): a key a controller advertised is valid on any other controller's queue pair"),
+        why="by-design",
+        tests=("test_each_controller_has_its_own_protection_domain",),
+    ),
+    Deviation(
+        rule="R6",
+        implementation=NVME_RDMA,
+        what=("every request's MR gets local write, remote read and remote write, whatever the I/O's direction "
+              "(rdma.c nvme_rdma_map_sg_fr): a target may write into the buffer a host sends from"),
+        why="by-design",
+        tests=("test_a_buffer_the_host_sends_from_cannot_be_written_by_the_peer",),
+    ),
+    Deviation(
+        rule="R7",
+        implementation=NVME_RDMA,
+        what=("every request's MR gets local write, remote read and remote write, whatever the I/O's direction "
+              "(rdma.c nvme_rdma_map_sg_fr): a target may read the buffer a host receives into"),
+        why="by-design",
+        tests=("test_a_buffer_the_host_receives_into_cannot_be_read_by_the_peer",),
+    ),
+)
+"""Declared with either value of ``register_always``."""
+
+NVME_POOL_KEYS: tuple[Deviation, ...] = (
+    Deviation(
+        rule="R3",
+        implementation=NVME_RDMA,
+        what=("a pool MR's key changes only in its low 8 bits (ib_inc_rkey per request), and the pool hands back "
+              "the MR it took last: after 256 requests one after the other, the same key is advertised again"),
+        why="by-design",
+        tests=("test_a_pool_key_is_never_handed_out_again",),
+    ),
+)
+"""Declared with ``register_always=Y`` only: with N a single-segment request uses the global key, no pool MR."""

@@ -44,6 +44,14 @@ def at_least_one(text: str) -> int:
     return int(text)
 
 
+def register_always(text: str) -> str:
+    """``--san-nvme-register-always``: Y or N (also yes/no, 1/0, any case)."""
+    value = {"y": "Y", "yes": "Y", "1": "Y", "n": "N", "no": "N", "0": "N"}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"register_always is Y or N, not {text!r}")
+    return value
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("san", "SAN conformance (pytest-san)")
     group.addoption("--san-backend", metavar="NAME", default=None,
@@ -108,6 +116,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="RDMA port number on every selected host (overrides san_port; default: the first ACTIVE)")
     group.addoption("--san-gid-index", metavar="N", type=int, default=None,
                     help="GID table index on every selected host (overrides san_gid_index)")
+    group.addoption("--san-nvme-register-always", metavar="Y|N", type=register_always, default="Y",
+                    help="nvme_rdma's register_always for the NVMe-oF observed scenarios (default Y, the kernel's; "
+                         "N turns on the unsafe global rkey, which the rogue target then finds)")
     parser.addini("san_inventory", "lab inventory (Ansible YAML or INI) for --san-backend=hil", default=None)
     parser.addini("san_group", "inventory group used by --san-backend=hil", default="san")
     parser.addini("san_lease_timeout", "default for --san-lease-timeout (seconds)", default="")
