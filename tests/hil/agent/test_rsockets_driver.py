@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from hil.agent.rsockets import driver
-from hil.agent.rsockets.driver import CHILD, RsocketsChild, held_by
+from hil.agent.observe import driver
+from hil.agent.observe.driver import CHILD, ObservedChild, held_by
 
 SYSFS = "/sys/class/infiniband"
 
@@ -30,12 +30,12 @@ def _no_kernel() -> dict[str, list[dict[str, Any]]]:
     return {kind: [] for kind in driver.KINDS}
 
 
-def _child(**kwargs: Any) -> RsocketsChild:
-    return RsocketsChild(None, read=_no_kernel, **kwargs)
+def _child(**kwargs: Any) -> ObservedChild:
+    return ObservedChild(None, read=_no_kernel, **kwargs)
 
 
 @pytest.fixture
-def child() -> Iterator[RsocketsChild]:
+def child() -> Iterator[ObservedChild]:
     if driver.rsockets_library() is None:
         pytest.skip("no librdmacm with the rsocket calls on this host")
     c = _child(python=sys.executable)
@@ -43,12 +43,12 @@ def child() -> Iterator[RsocketsChild]:
     c.kill()
 
 
-def test_the_child_says_hello_with_its_pid_and_library(child: RsocketsChild) -> None:
+def test_the_child_says_hello_with_its_pid_and_library(child: ObservedChild) -> None:
     assert child.hello["pid"] == child.pid
     assert "rdmacm" in child.hello["library"]
 
 
-def test_buffers_round_trip(child: RsocketsChild) -> None:
+def test_buffers_round_trip(child: ObservedChild) -> None:
     buf = child.call("alloc", {"length": 4096})["result"]
     assert buf["length"] == 4096 and buf["address"] % 4096 == 0
     child.call("fill", {"buf": buf["buf"], "data": base64.b64encode(b"abc").decode(), "offset": 10})
@@ -56,20 +56,20 @@ def test_buffers_round_trip(child: RsocketsChild) -> None:
     assert base64.b64decode(peeked) == bytes(10) + b"abc\0"
 
 
-def test_an_unknown_call_is_named_and_the_child_goes_on(child: RsocketsChild) -> None:
+def test_an_unknown_call_is_named_and_the_child_goes_on(child: ObservedChild) -> None:
     outcome = child.call("rfork", {})
     assert "no call 'rfork'" in outcome["error"]["message"] and "riowrite" not in outcome["error"]["message"]
     assert "iowrite" in outcome["error"]["message"]
     assert child.call("alloc", {"length": 1})["result"]["length"] == 1
 
 
-def test_bad_arguments_are_an_error_not_a_crash(child: RsocketsChild) -> None:
+def test_bad_arguments_are_an_error_not_a_crash(child: ObservedChild) -> None:
     outcome = child.call("peek", {"buf": 99, "length": 1})
     assert outcome["error"]["call"] == "peek" and "KeyError" in outcome["error"]["message"]
     assert child.alive
 
 
-def test_rsocket_answers_a_result_or_its_errno(child: RsocketsChild) -> None:
+def test_rsocket_answers_a_result_or_its_errno(child: ObservedChild) -> None:
     """Without a device librdmacm refuses (an errno); with one it gives a socket: never a crash."""
     outcome = child.call("rsocket", {})
     if "error" in outcome:
@@ -79,7 +79,7 @@ def test_rsocket_answers_a_result_or_its_errno(child: RsocketsChild) -> None:
         assert isinstance(outcome["result"], int) and outcome["result"] >= 0
 
 
-def test_exit_ends_the_child_and_reads_the_kernel(child: RsocketsChild) -> None:
+def test_exit_ends_the_child_and_reads_the_kernel(child: ObservedChild) -> None:
     out = child.exit(deadline=30)
     assert out["code"] == 0 and not child.alive
     assert out["held"]["mr"] == [] and out["held"]["unowned"] == {}
@@ -119,7 +119,7 @@ STAND_IN = textwrap.dedent("""
 
 
 @pytest.fixture
-def stand_in(tmp_path: Path) -> Iterator[RsocketsChild]:
+def stand_in(tmp_path: Path) -> Iterator[ObservedChild]:
     program = tmp_path / "stand_in.py"
     program.write_text(STAND_IN)
     c = _child(argv=[sys.executable, str(program)])
@@ -128,7 +128,7 @@ def stand_in(tmp_path: Path) -> Iterator[RsocketsChild]:
 
 
 @pytest.mark.parametrize("call", ["spin", "block"])
-def test_a_call_past_its_deadline_is_a_hang_naming_it_and_the_child_is_killed(stand_in: RsocketsChild,
+def test_a_call_past_its_deadline_is_a_hang_naming_it_and_the_child_is_killed(stand_in: ObservedChild,
                                                                               call: str) -> None:
     assert stand_in.call("ping", {})["result"] == "ping"
     outcome = stand_in.call(call, {"fd": 3}, deadline=0.5)
@@ -141,12 +141,12 @@ def test_a_call_past_its_deadline_is_a_hang_naming_it_and_the_child_is_killed(st
     assert stand_in.exit()["code"] == -9
 
 
-def test_a_child_that_dies_during_a_call_is_gone_with_its_code(stand_in: RsocketsChild) -> None:
+def test_a_child_that_dies_during_a_call_is_gone_with_its_code(stand_in: ObservedChild) -> None:
     outcome = stand_in.call("crash", {}, deadline=30)
     assert "exited (code 7)" in outcome["gone"]
 
 
-def test_a_call_in_the_background_is_finished_later(stand_in: RsocketsChild) -> None:
+def test_a_call_in_the_background_is_finished_later(stand_in: ObservedChild) -> None:
     started = stand_in.start("accept", {"fd": 1})
     assert stand_in.finish(started, "accept", 30)["result"] == "accept"
     assert stand_in.describe()["calls"] == ["accept(fd=1) in the background"]
@@ -185,7 +185,7 @@ def test_rclose_with_a_live_riomap_is_a_bounded_hang_on_a_device() -> None:
 
     device, port = host.select_device(os.environ.get("SAN_DEVICE"))
     address = host.device_address(device, port, os.environ.get("SAN_NETDEV"))[1]
-    a, b = RsocketsChild(device, address), RsocketsChild(device, address)
+    a, b = ObservedChild(device, address), ObservedChild(device, address)
     try:
         lfd = a.call("rsocket")["result"]
         a.call("iomapsize", {"fd": lfd, "slots": 1})
@@ -208,7 +208,7 @@ def test_rclose_with_a_live_riomap_is_a_bounded_hang_on_a_device() -> None:
         b.kill()
 
 
-def test_the_agent_answers_an_observed_process_over_its_protocol(stand_in: RsocketsChild) -> None:
+def test_the_agent_answers_an_observed_process_over_its_protocol(stand_in: ObservedChild) -> None:
     """The verbs engine's kind for the driver is ``observed``, whose methods the agent dispatches (plumbing)."""
     from hil.agent.dispatch import Dispatcher, EngineCodec, Registry
     from hil.agent.engines.verbs.engine import VerbsEngine

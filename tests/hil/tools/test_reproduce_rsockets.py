@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from hil.agent.rsockets import driver
-from hil.agent.rsockets.driver import RsocketsChild
+from hil.agent.observe import driver
+from hil.agent.observe.driver import ObservedChild
 from hil.tools.lab import reproduce_rsockets
 from hil.tools.lab.reproduce import REPRODUCERS, remote_command
 
@@ -47,11 +47,11 @@ class StandInEngine:
 
     def __init__(self, program: Path, close: str) -> None:
         self.argv = [sys.executable, str(program), close]
-        self.children: list[RsocketsChild] = []
+        self.children: list[ObservedChild] = []
 
-    def spawn_observed(self, program: str) -> RsocketsChild:
+    def spawn_observed(self, program: str) -> ObservedChild:
         assert program == "rsockets"
-        child = RsocketsChild(None, read=lambda: {kind: [] for kind in driver.KINDS}, argv=self.argv)
+        child = ObservedChild(None, read=lambda: {kind: [] for kind in driver.KINDS}, argv=self.argv)
         self.children.append(child)
         return child
 
