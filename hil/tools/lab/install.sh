@@ -2,8 +2,8 @@
 # Install what `san-hil lab` needs on a fresh Debian/Ubuntu machine. Run as root, from the project:
 #   sh hil/tools/lab/install.sh
 # qemu and the RDMA user space on the host (the guests share the host's root filesystem, so the host's
-# python3, pyverbs, rdma and perftest are what runs inside them; virtme-ng needs busybox-static for its
-# initramfs), sshd for the guests, what `lab up --provider siw` builds siw.ko with (the kernel headers
+# python3, pyverbs, rdma, perftest and nvme-cli are what runs inside them; virtme-ng needs busybox-static for
+# its initramfs), sshd for the guests, what `lab up --provider siw` builds siw.ko with (the kernel headers
 # and source of the lab kernel's exact Debian version, make, gcc, xz; for `--kernel 6.12`, mmdebstrap, which
 # makes the Debian 13 build root siw.ko is built in), then the project's `lab` extra (virtme-ng, pyroute2) with
 # the pip of the Python that runs san-hil.
@@ -15,7 +15,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
-apt-get install -y qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils python3-pyverbs kmod \
+apt-get install -y qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils python3-pyverbs kmod nvme-cli \
     openssh-server perftest iproute2 python3-pyroute2 busybox-static make gcc xz-utils mmdebstrap
 
 # siw: the lab boots the image package linux-image-amd64 depends on (hil/tools/lab/kernel.py), at apt's
