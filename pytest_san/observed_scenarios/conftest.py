@@ -30,7 +30,7 @@ def pytest_san_deviations(config: pytest.Config, backend: Backend) -> Iterable[D
         declared += NVME
         if config.getoption("san_nvme_register_always") == "Y":
             declared += NVME_POOL_KEYS
-    return declared or None
+    return tuple(declared) or None
 
 
 SAW = 700  # characters of what a deviating scenario saw, in its reason

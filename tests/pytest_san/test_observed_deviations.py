@@ -16,8 +16,8 @@ from hil.tools.lab.reproduce import REPRODUCERS
 from pytest_san import Deviation
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.observed import ObservedProcess
-from pytest_san.observed_scenarios import conftest, test_rsockets
-from pytest_san.observed_scenarios.deviations import RSOCKETS
+from pytest_san.observed_scenarios import conftest, test_nvme_rdma, test_rsockets
+from pytest_san.observed_scenarios.deviations import NVME, NVME_POOL_KEYS, RSOCKETS
 
 from .test_plugin import FAKE_CONFTEST
 
@@ -58,18 +58,37 @@ def test_the_kernel_bug_has_a_registered_reproducer() -> None:
     assert command[:3] == ["san-hil", "lab", "reproduce"] and command[3] in REPRODUCERS
 
 
+class Config:
+    def __init__(self, register_always: str) -> None:
+        self.register_always = register_always
+
+    def getoption(self, name: str) -> str:
+        assert name == "san_nvme_register_always"
+        return self.register_always
+
+
 def test_declared_only_where_rsockets_is_observed() -> None:
     hook = conftest.pytest_san_deviations
-    assert hook(None, ObservingBackend(frozenset({"rsockets", "rdma_read"}))) == RSOCKETS  # type: ignore[arg-type]
-    assert hook(None, ObservingBackend(frozenset({"rdma_read"}))) is None  # type: ignore[arg-type]
-    assert hook(None, EmulatorBackend()) is None  # type: ignore[arg-type]
+    assert hook(Config("Y"), ObservingBackend(frozenset({"rsockets", "rdma_read"}))) == RSOCKETS  # type: ignore[arg-type]
+    assert hook(Config("Y"), ObservingBackend(frozenset({"rdma_read"}))) is None  # type: ignore[arg-type]
+    assert hook(Config("Y"), EmulatorBackend()) is None  # type: ignore[arg-type]
+
+
+def test_nvme_deviations_where_nvme_rdma_is_observed_the_pool_key_with_y_only() -> None:
+    hook = conftest.pytest_san_deviations
+    both = ObservingBackend(frozenset({"rsockets", "nvme_rdma"}))
+    assert hook(Config("Y"), both) == RSOCKETS + NVME + NVME_POOL_KEYS  # type: ignore[arg-type]
+    assert hook(Config("N"), both) == RSOCKETS + NVME  # type: ignore[arg-type]
+    assert {d.rule for d in NVME} == {"R2", "R6", "R7"} and NVME_POOL_KEYS[0].rule == "R3"
 
 
 def test_on_the_emulator_the_scenarios_skip_and_nothing_is_declared(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--pyargs", "pytest_san.observed_scenarios", "--san-report", "report.json",
                                 "-p", "no:cacheprovider", "-rs")
-    result.assert_outcomes(skipped=len([n for n in dir(test_rsockets) if n.startswith("test_")]))
+    scenarios = [n for module in (test_rsockets, test_nvme_rdma) for n in dir(module) if n.startswith("test_")]
+    result.assert_outcomes(skipped=len(scenarios))
     result.stdout.fnmatch_lines(["*backend 'emulator' lacks capability 'rsockets'*"])
+    result.stdout.fnmatch_lines(["*backend 'emulator' lacks capability 'nvme_rdma'*"])
     report: Mapping[str, Any] = json.loads((pytester.path / "report.json").read_text())
     assert report["deviations"] == []
 
