@@ -9,11 +9,12 @@ from pathlib import Path
 from hil.controller.workarounds import every_workaround
 from pytest_san.deviations import Deviation
 from pytest_san.known_differences import markdown_table
-from pytest_san.observed_scenarios.deviations import RSOCKETS
+from pytest_san.observed_scenarios.deviations import NVME, NVME_POOL_KEYS, RSOCKETS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "deviations.md"
-SHIPPED: dict[str, tuple[Deviation, ...]] = {"pytest_san/observed_scenarios/deviations.py": RSOCKETS}
+SHIPPED: dict[str, tuple[Deviation, ...]] = {
+    "pytest_san/observed_scenarios/deviations.py": RSOCKETS + NVME + NVME_POOL_KEYS}
 """Every module of the package that declares deviations -> what it declares (the table's declared rows)."""
 DEFINED_IN = "pytest_san/deviations.py"
 
