@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 
 from pytest_san import checks
+from pytest_san.checks import CALLS
 from pytest_san.emulator import EmulatorBackend
+from pytest_san.faults import AFTER_CALL, Case
 from tests.support.fault_pairs import NOT_MADE, SLOTS, by_call, cases, run_pairs, sample
 
 
@@ -48,3 +50,16 @@ def test_a_sample_is_seeded_and_keeps_the_order() -> None:
     assert len(chosen) == 40 and chosen == sorted(chosen, key=every.index)
     assert sample(every, None, seed=1) == every
     assert [call for call, _ in by_call(chosen)] == [call for call in SLOTS if any(c.call == call for c in chosen)]
+
+
+def test_the_cases_are_generated_for_every_call_and_argument() -> None:
+    """What the generation covers, as the issue asks: every call, getsockopt and close_socket included; each entry
+    of a scatter list, the zero-length one too; closed, another host's and no socket; stale, junk and another
+    socket's handles."""
+    assert set(SLOTS) == set(CALLS) and all(SLOTS[c] for c in ("getsockopt", "close_socket"))
+    kinds = {f.name for c in CALLS for f in SLOTS[c] if f.slot == "socket"}
+    assert {"closed", "another host's", "no socket (42)"} <= kinds
+    entries = {f.slot for f in AFTER_CALL["rdma_write"]}
+    assert entries == {"local_buffers[0].handle", "local_buffers[1].handle"}
+    assert {f.name for f in AFTER_CALL["send"]} == {"stale", "junk", "another socket's"}
+    assert [Case("getsockopt", (f,)).expected for f in SLOTS["getsockopt"]][:3] == ["socket"] * 3

@@ -1,0 +1,116 @@
+"""Every call, every argument, every kind of bad value, each alone: generated from the reference order
+(``pytest_san.faults``: CONTRACT.md section 4), not written call by call.
+
+At the call: a refused call gets the contract's answer (with one fault there is no choice of which to report) and
+changes nothing: no registration, proxy allocation, byte, socket state or pending operation of the world's. After
+the call (``entry.handle``: a stale, junk or another socket's handle in a scatter list, on a zero-length entry
+too): the operation completes with an error, LOCAL_PROTECTION, moving 0 bytes, each on a fresh connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_san import Access, Backend, SanError, Status
+from pytest_san.checks import CALLS, answer
+from pytest_san.faults import AFTER_CALL, SLOTS, Fault, cases, run_cases
+
+from .support import NEEDS_READ, TIMEOUT, RawEnd, sink, source, window
+
+READS = ("rdma_read", "rdma_read_burst")
+BURSTS = ("rdma_write_burst", "rdma_read_burst")
+
+
+def _marks(call: str) -> list[Any]:
+    return [NEEDS_READ] if call in READS else []
+
+
+def _rules(call: str) -> Any:
+    """R14 (the error codes), and R13 for a deregistration (an unknown or in-use handle: WSAEINVAL)."""
+    return pytest.mark.san_rule(*(("R13", "R14") if call.startswith("deregister") else ("R14",)))
+
+
+@pytest.mark.parametrize("call", [pytest.param(c, marks=[*_marks(c), _rules(c)]) for c in CALLS if SLOTS[c]])
+def test_every_bad_argument_alone_gets_its_answer_and_changes_nothing(san_backend: Backend, call: str) -> None:
+    """Each fault ``KINDS`` generates for this call, alone: the answer of its check, and nothing changed."""
+    if len(san_backend.nodes) < 2:
+        pytest.skip("the world of bad arguments needs two nodes")
+    problems = run_cases(san_backend, cases([call], pairs=False))
+    assert not problems, f"{call}: {len(problems)} case(s) wrong:\n" + "\n".join(problems)
+
+
+def _after_call() -> list[Any]:
+    out = []
+    for call, faults in AFTER_CALL.items():
+        if call in BURSTS or call == "recv":
+            continue  # a burst's entries are rdma_*'s; a receive's error completes only when a message arrives
+        for fault in faults:
+            rules = {"stale": ("R3", "R14"), "another socket's": ("R1", "R14"), "junk": ("R14",)}[fault.name]
+            out.append(pytest.param(call, fault, marks=[*_marks(call), pytest.mark.san_rule(*rules)],
+                                    id=f"{call}-{fault}"))
+    return out
+
+
+@pytest.mark.parametrize(("call", "fault"), _after_call())
+def test_a_bad_handle_in_any_entry_completes_with_local_protection(san_backend: Backend,
+                                                                   raw_pair: tuple[RawEnd, RawEnd], call: str,
+                                                                   fault: Fault) -> None:
+    """A handle the socket does not hold, in any entry of a scatter list (the second entry is zero-length): the
+    operation completes LOCAL_PROTECTION with 0 bytes, whatever the other entries hold; the peer's memory is
+    unchanged. A zero-length entry moves nothing, but its handle is still checked."""
+    a, b = raw_pair
+    buf, handle = source(a, b"S" * 32)
+    bad = {"stale": _stale(a, buf), "junk": 0x7FFF_FFFF, "another socket's": _foreign(san_backend, a, buf)}[fault.name]
+    entries = [(buf.view(0, 16), handle), (buf.view(16, 0), handle)]
+    index = int(fault.slot.split("[", 1)[1].split("]", 1)[0])
+    entries[index] = (entries[index][0], bad)
+    try:
+        if call == "send":
+            g, dh = sink(b, 64)
+            b.provider.recv(b.socket, [(g.inner, dh)])
+            op = a.provider.send(a.socket, entries)
+        else:
+            g, descriptor = window(b, 64, Access.READWRITE)
+            op = getattr(a.provider, call)(a.socket, entries, descriptor, 0)
+    except SanError as exc:
+        pytest.fail(f"{call} with {fault} was refused at the call ({exc.code.name}); the contract says an error "
+                    "completion, LOCAL_PROTECTION")
+    done = op.wait(timeout=TIMEOUT)
+    expected = {Status.LOCAL_PROTECTION}
+    if "verbs" in san_backend.capabilities:
+        expected.add(Status.REMOTE_OPERATION)  # the model's unknown-lkey-status: rxe, siw
+    assert done.status in expected and done.bytes == 0, (
+        f"{call} with {fault}: completed {done.status.name} moving {done.bytes} bytes; "
+        f"the contract says {answer(call, 'entry.handle')}, 0 bytes")
+    assert g.unchanged(), f"{call} with {fault} changed the peer's memory"
+
+
+def _stale(end: RawEnd, buf: Any) -> Any:
+    handle = end.provider.register_memory(end.socket, buf.view(0, 8), Access.READWRITE)
+    end.provider.deregister_memory(end.socket, handle)
+    return handle
+
+
+def _foreign(backend: Backend, end: RawEnd, buf: Any) -> Any:
+    """A handle of ``buf`` on another connection of the same process (left for the fixture's leak check to see
+    released when that connection closes)."""
+    peer = backend.nodes[min(1, len(backend.nodes) - 1)].default_process
+    other, other_peer = backend.connect_sockets(end.process, peer)
+    handle = end.provider.register_memory(other, buf.view(0, 16), Access.READWRITE)
+    _OTHERS.append((end.provider, other, peer.node.provider, other_peer))
+    return handle
+
+
+_OTHERS: list[tuple[Any, Any, Any, Any]] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_others() -> Any:
+    yield
+    while _OTHERS:
+        mine, sock, theirs, peer_sock = _OTHERS.pop()
+        for provider, s in ((mine, sock), (theirs, peer_sock)):
+            if not s.closed:
+                provider.close_socket(s)
