@@ -24,7 +24,7 @@ from ..protocols import PendingOperation, Provider, Socket
 from .alternatives import RNR_BOUNDED
 from .reference import Model
 from .state import Expect, KeyValue, Touched, Traits, not_a_key
-from .steps import Close, Deregister, Reconnect, Register, Scribble, Step, Transfer, View, pattern
+from .steps import Close, Deregister, Getsockopt, Reconnect, Register, Scribble, Step, Transfer, View, pattern
 from .world import World
 
 
@@ -82,6 +82,8 @@ def _outcome(step: Step, result: object) -> str:
         return f"{type(result).__name__}: {result}"
     if isinstance(step, Register):
         return "handle" if step.kind == "memory" else "descriptor"
+    if isinstance(step, Getsockopt):
+        return "value"
     return "operation" if isinstance(step, Transfer) else "done"
 
 
@@ -128,7 +130,8 @@ GIVE_UP_AFTER = 1.0
 """Seconds a send waits before a backend with ``send-wait-bounded`` may end it (rxe: about 2 s): younger
 sends are not asked about (each question is a round trip)."""
 
-_RETURNS = {"handle": "a handle", "descriptor": "a descriptor", "op": "a pending operation", "none": "it to return"}
+_RETURNS = {"handle": "a handle", "descriptor": "a descriptor", "op": "a pending operation", "none": "it to return",
+            "value": "an integer"}
 
 
 class Side:
@@ -329,6 +332,11 @@ class Side:
         if isinstance(step, Scribble):
             pi, bi, off, n = step.view
             return b.call(world.bufs[pi][bi].write, pattern(step.seed, n), off)
+        if isinstance(step, Getsockopt):
+            s = model.socks[step.sock]
+            via = s.peer.id if step.foreign and s.peer is not None else step.sock
+            option: Any = step.option  # a junk option is the point
+            return b.call(self._provider(via).getsockopt, self.socks[step.sock], option)
         assert isinstance(step, Close)
         return b.call(self._provider(step.sock).close_socket, self.socks[step.sock])
 
@@ -358,6 +366,8 @@ class Side:
         elif isinstance(step, Transfer):
             self.ops[step.op] = cast(PendingOperation, result)  # what it returned: waiting for it judges it
             self.posted.setdefault(step.op, time.monotonic())
+        elif isinstance(step, Getsockopt) and (type(result) is not int or result < 0):
+            seen.problem("call", f"getsockopt returned {result!r:.40}, not a non-negative integer")
         self._completions(seen, waits)
 
     def _key(self, step: Register, seen: Seen, key: object) -> None:

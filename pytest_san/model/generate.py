@@ -19,10 +19,22 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from ..contract import MAX_SGE, Access
+from ..contract import MAX_SGE, SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, Access
 from .reference import Model
 from .state import MReg, MSock
-from .steps import BUFFER_SIZES, Close, Deregister, Key, Reconnect, Register, Scribble, Step, Transfer, View
+from .steps import (
+    BUFFER_SIZES,
+    Close,
+    Deregister,
+    Getsockopt,
+    Key,
+    Reconnect,
+    Register,
+    Scribble,
+    Step,
+    Transfer,
+    View,
+)
 
 T = TypeVar("T")
 R, W, RW = int(Access.READ), int(Access.WRITE), int(Access.READWRITE)
@@ -34,6 +46,10 @@ string is what a provider with string handles might hand out, yet did not on tha
 TRANSFERS = ("rdma_write", "rdma_read", "send", "recv")
 SGE_COUNTS = (1, 1, 1, 1, 2, 2, 2, 3, MAX_SGE, MAX_SGE + 1)
 QUIET_STEPS = 8  # a close waits this many steps after the last one: connections live a while
+
+
+OPTIONS = (SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE)
+JUNK_OPTIONS: tuple[int | str | float, ...] = (1, "x", float(SO_MAX_RDMA_SIZE), SO_RDMA_THRESHOLD_SIZE + 1)
 
 
 def weighted(rnd: random.Random, items: Sequence[T], weights: Sequence[float]) -> T:
@@ -77,6 +93,7 @@ class Generator:
             rules["close"] = (1, self.close)
         if self._broken_slots():
             rules["reconnect"] = (2, self.reconnect)
+        rules["getsockopt"] = (0.4, self.getsockopt)
         return rules
 
     def next(self) -> Step:
@@ -246,13 +263,17 @@ class Generator:
         for _ in range(count):
             if fit and (clean or mostly(rnd, 0.97)):
                 reg = rnd.choice(fit)
-                out.append((self._sub_view(reg.view, budget, large), Key(reg=reg.rid)))
+                view = self._sub_view(reg.view, budget, large)
+                if count > 1 and rnd.random() < 0.04:  # a zero-length entry: moves nothing, its handle still counts
+                    view = (view[0], view[1], view[2], 0)
+                out.append((view, Key(reg=reg.rid)))
             elif mine and mostly(rnd, 0.5):  # wrong access (R6, R7) or outside the range (R8)
                 reg = rnd.choice(mine)
                 out.append((self._any_view(s.proc) if mostly(rnd, 0.5) else reg.view, Key(reg=reg.rid)))
-            else:  # another socket's or process's handle, a stale or junk one (R1, R3)
+            else:  # another socket's or process's handle, a stale or junk one (R1, R3), on a zero-length entry too
                 key = Key(reg=rnd.choice(seen)) if seen and mostly(rnd, 0.7) else Key(junk=rnd.choice(JUNK_HANDLES))
-                out.append((self._any_view(s.proc), key))
+                view = self._any_view(s.proc)
+                out.append(((view[0], view[1], view[2], 0) if rnd.random() < 0.5 else view, key))
             if budget is not None:
                 budget = max(1, budget - out[-1][0][3])
         return tuple(out)
@@ -313,6 +334,15 @@ class Generator:
         current = self._current()
         open_ = [s for s in current if s.state != "closed"]
         return Close(self.rnd.choice(current if not open_ or self.rnd.random() < 0.1 else open_).id)
+
+    def getsockopt(self) -> Step:
+        """Mostly an option of an open socket; else a closed socket, the peer's provider, or a junk option."""
+        rnd = self.rnd
+        known = list(self.model.socks.values())
+        open_ = [s for s in known if s.state != "closed"]
+        s = rnd.choice(open_ if open_ and mostly(rnd, 0.8) else known)
+        option = rnd.choice(OPTIONS) if mostly(rnd, 0.85) else rnd.choice(JUNK_OPTIONS)
+        return Getsockopt(s.id, option, foreign=s.peer is not None and rnd.random() < 0.1)
 
     def reconnect(self) -> Step:
         """The application gives up a broken or closed connection: closes what is left, connects anew."""

@@ -13,10 +13,23 @@ where a backend takes a documented alternative (alternatives.py) it expects that
 
 from __future__ import annotations
 
-from ..contract import VALID_ACCESS, Status
+from ..contract import SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, VALID_ACCESS, Status
 from . import alternatives as alt
 from .state import Expect, KeyValue, MReg, MSock, Traits
-from .steps import Close, Deregister, Key, Plan, Reconnect, Register, Scribble, Step, Transfer, initial_bytes, pattern
+from .steps import (
+    Close,
+    Deregister,
+    Getsockopt,
+    Key,
+    Plan,
+    Reconnect,
+    Register,
+    Scribble,
+    Step,
+    Transfer,
+    initial_bytes,
+    pattern,
+)
 from .transfers import TransferModel
 
 
@@ -72,9 +85,24 @@ class Model(TransferModel):
                 self.exp.skip = "it names a socket no step of this sequence made"
             else:
                 self._close(s)
+        elif isinstance(step, Getsockopt):
+            self._getsockopt(step)
         else:
             self._reconnect(step)
         return self.exp
+
+    def _getsockopt(self, step: Getsockopt) -> None:
+        """Not an open socket of that provider (closed by it, or its peer's provider asked): WSAENOTSOCK; then an
+        option that is not one of the two ints: WSAEINVAL; else an integer. It changes nothing."""
+        s = self.socks.get(step.sock)
+        if s is None:
+            self.exp.skip = "it names a socket no step of this sequence made"
+        elif s.state == "closed" or step.foreign:
+            self.exp.raises = frozenset({"WSAENOTSOCK"})
+        elif type(step.option) is not int or step.option not in (SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE):
+            self.exp.raises = frozenset({"WSAEINVAL"})
+        else:
+            self.exp.returns = "value"
 
     def _register(self, step: Register) -> None:
         ex = self.exp

@@ -39,7 +39,7 @@ _CALL_FAULTS: dict[str, tuple[str, ...]] = {
     "socket": ("R4",), "connected": ("R4",),
     "buffer.owner": ("R1", "R5"), "entry.owner": ("R1", "R5"),
 }
-_RETURNED = ("handle", "descriptor", "operation", "done")
+_RETURNED = ("handle", "descriptor", "operation", "done", "value")
 """What a call that went through answered (execute.py's ``Seen.call``)."""
 
 

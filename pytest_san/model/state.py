@@ -144,7 +144,7 @@ class Expect:
 
     skip: str = ""
     raises: frozenset[str] = frozenset()
-    returns: str = "none"  # none | handle | descriptor | op
+    returns: str = "none"  # none | handle | descriptor | op | value
     done: dict[int, tuple[Statuses, int]] = dataclasses.field(default_factory=dict)
     same: MReg | None = None
     fresh: MReg | None = None  # a new registration: its key is bound to it

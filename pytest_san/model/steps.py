@@ -105,6 +105,16 @@ class Close:
 
 
 @dataclasses.dataclass(frozen=True)
+class Getsockopt:
+    """getsockopt on socket ``sock`` (a closed one too), through its own node's provider or (``foreign``) its
+    peer's, which holds no such socket; ``option`` one of the two, or junk."""
+
+    sock: int
+    option: int | str | float
+    foreign: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class Reconnect:
     """Close what is left of connection slot ``slot`` and connect its processes anew as ``socks``."""
 
@@ -112,7 +122,7 @@ class Reconnect:
     socks: tuple[int, int]
 
 
-Step = Register | Deregister | Transfer | Scribble | Close | Reconnect
+Step = Register | Deregister | Transfer | Scribble | Close | Getsockopt | Reconnect
 
 
 def pattern(seed: int, n: int) -> bytes:
@@ -182,5 +192,8 @@ class Namer:
             return f"p{step.view[0]} writes {step.view[3]} bytes into {show_view(step.view)}"
         if isinstance(step, Close):
             return f"s{step.sock} close_socket()"
+        if isinstance(step, Getsockopt):
+            via = " through its peer's provider" if step.foreign else ""
+            return f"s{step.sock} getsockopt({step.option!r}){via}"
         a, b = step.socks
         return f"reconnect slot {step.slot}: close what is open of it, connect s{a} to s{b}"

@@ -95,9 +95,11 @@ class TransferModel:
     def _scatter(self, views: list[View], payload: bytes) -> None:
         pos = 0
         for pi, bi, off, n in views:
-            n = min(n, len(payload) - pos)
-            if n <= 0:
+            if pos >= len(payload):
                 break
+            n = min(n, len(payload) - pos)
+            if n <= 0:  # a zero-length entry takes nothing: the next one goes on where it was
+                continue
             self.data[pi, bi][off:off + n] = payload[pos:pos + n]
             self.exp.touched.buffers.add((pi, bi))
             pos += n
@@ -231,6 +233,11 @@ class TransferModel:
             return
         if faults:
             ex.raises = self._refusal(step.kind, faults)
+            if ("socket" not in faults and not self.traits.reference_order and self._on(alt.REFUSED_AT_CALL)
+                    and self._local(s, pairs, R if step.kind in ("rdma_write", "send") else W)[0] != "ok"):
+                # A provider that checks the entries itself may find their fault first: section 4 leaves the
+                # order to it (only a socket it does not hold comes before everything).
+                ex.raises |= BAD_ENTRY_CODES
             return
         if step.kind == "send" and not self.traits.sends_wait and s.peer.state == "connected" and not s.peer.recvs:
             # Without send_waits (iWARP: no receiver-not-ready flow control) such a send ends the connection,

@@ -1,5 +1,5 @@
 """Every call, every argument, every kind of bad value, each alone: generated from the reference order
-(``pytest_san.faults``: CONTRACT.md section 4), not written call by call.
+(``faults``: CONTRACT.md section 4), not written call by call.
 
 At the call: a refused call gets the contract's answer (with one fault there is no choice of which to report) and
 changes nothing: no registration, proxy allocation, byte, socket state or pending operation of the world's. After
@@ -15,8 +15,8 @@ import pytest
 
 from pytest_san import Access, Backend, SanError, Status
 from pytest_san.checks import CALLS, answer
-from pytest_san.faults import AFTER_CALL, SLOTS, Fault, cases, run_cases
 
+from .faults import AFTER_CALL, SLOTS, Fault, cases, run_cases
 from .support import NEEDS_READ, TIMEOUT, RawEnd, sink, source, window
 
 READS = ("rdma_read", "rdma_read_burst")

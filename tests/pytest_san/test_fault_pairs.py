@@ -12,7 +12,7 @@ import pytest
 from pytest_san import checks
 from pytest_san.checks import CALLS
 from pytest_san.emulator import EmulatorBackend
-from pytest_san.faults import AFTER_CALL, Case
+from pytest_san.scenarios.faults import AFTER_CALL, Case
 from tests.support.fault_pairs import NOT_MADE, SLOTS, by_call, cases, run_pairs, sample
 
 

@@ -17,15 +17,18 @@ import pytest
 
 import pytest_san
 import pytest_san.scenarios
-from pytest_san import batch, burst, contract, protocols, switch
+from pytest_san import batch, burst, checks, contract, protocols, switch
 
 SCENARIOS = Path(pytest_san.scenarios.__file__).parent
 FILES = sorted(SCENARIOS.glob("*.py"))
 
-PUBLIC_MODULES = {"pytest_san", "pytest_san.batch", "pytest_san.burst", "pytest_san.protocols"}
+PUBLIC_MODULES = {"pytest_san", "pytest_san.batch", "pytest_san.burst", "pytest_san.protocols", "pytest_san.contract",
+                  "pytest_san.checks"}
 """What a scenario may import of pytest-san (besides its own package). ``batch`` makes the calls it is given on
 the protocols' own methods, together through the backend's ``Batching`` where it has one: a wrapper of a
-provider still sees each call."""
+provider still sees each call. ``contract`` holds the contract's constants and value types (CONTRACT.md section 2)
+and ``checks`` its table of every check a call makes (section 4), from which ``faults.py`` generates the bad
+arguments: both are the contract's own text, binding no implementation."""
 
 CONNECTION = {"local", "remote", "trace", "close", "flush", "progress", "run_until"}
 ENDPOINT = {"socket", "process", "provider", "proxy", "peer", "name", "send", "recv", "close", "progress"}
@@ -48,6 +51,7 @@ def allowed_names() -> set[str]:
                 names |= _public(obj)
     names |= _public(switch.Switch) | _public(pytest_san.SanError) | {"code", "message", "required_size"}
     names |= set(burst.__all__) | set(batch.__all__) | _public(batch.Later) | _public(batch.Batch)
+    names |= {n for n in dir(checks) if not n.startswith("_")} | _public(checks.Check)
     return names
 
 

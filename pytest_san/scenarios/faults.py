@@ -33,11 +33,11 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
-from . import checks
-from .batch import Batch, Later, batch, is_closed, is_connected
-from .burst import rdma_read_burst, rdma_write_burst
-from .checks import first
-from .contract import (
+from pytest_san import checks
+from pytest_san.batch import Batch, Later, batch, is_closed, is_connected
+from pytest_san.burst import rdma_read_burst, rdma_write_burst
+from pytest_san.checks import first
+from pytest_san.contract import (
     DESCRIPTOR_SIZE,
     MAX_SGE,
     PAGE_SIZE,
@@ -47,7 +47,7 @@ from .contract import (
     Access,
     SanError,
 )
-from .protocols import Backend
+from pytest_san.protocols import Backend
 
 BUF = 64  # bytes of each of the world's buffers
 
