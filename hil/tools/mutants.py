@@ -11,7 +11,9 @@ First the suite runs on the providers as they are (the baseline: what it fails t
 entry), then once per entry with the entry's plugin loaded (``-p``), each a pytest subprocess writing its
 ``--san-report``. An entry's ``failed`` rules are those it fails that the baseline passed. Verdicts (SPEC 5.1):
 
-* ``caught``: it failed a rule it breaks;
+* ``caught``: it failed a rule it breaks; ``caught_under`` says whether under ``all`` of them or ``some``, and
+  ``missed`` names the rules it breaks that the verdict did not fail (a rule no scenario ran here aside): the
+  verdict tells a user the whole story only when nothing is missed;
 * ``other-rule``: it failed only rules it does not claim to break;
 * ``survived``: it failed nothing (or its run could not report: ``error`` says why);
 * ``not-applicable``: this backend cannot show the bug -- every scenario of the rules it breaks was skipped
@@ -119,6 +121,11 @@ def verdict(entry: Entry, run: Run, baseline: set[str]) -> dict[str, Any]:
         line["verdict"] = SURVIVED
     elif set(failed) & set(entry.breaks):
         line["verdict"] = CAUGHT
+        # Diagnosis: the rules it breaks that the verdict did not fail (a rule no scenario could run here is
+        # not counted against it).
+        missed = [r for r in entry.breaks if r not in failed and r not in skipped_rules(run.data)]
+        line["missed"] = missed
+        line["caught_under"] = "some" if missed else "all"
     elif failed:
         line["verdict"] = OTHER
     elif lacking or set(entry.breaks) <= skipped_rules(run.data):  # nothing here could show the bug
@@ -179,7 +186,12 @@ def matrix(result: Mapping[str, Any]) -> list[str]:
             cells.append("X" if breaks and failed else "x" if failed else "." if breaks else " ")
         found = models.get(name)
         model = f", model: {found['divergences']} divergence(s)" if found is not None else ""
-        lines.append(f"{name:<{name_width}}  " + " ".join(f"{c:>3}" for c in cells) + f"  {line['verdict']}{model}")
+        under = ""
+        if line["verdict"] == CAUGHT:
+            missed = line.get("missed", [])
+            under = f" under some (not {', '.join(missed)})" if missed else " under all"
+        lines.append(f"{name:<{name_width}}  " + " ".join(f"{c:>3}" for c in cells)
+                     + f"  {line['verdict']}{under}{model}")
     for name, line in result["legal"].items():
         cells = ["!" if rule in line["failed"] else " " for rule in RULE_IDS]
         found = models.get(name)
@@ -294,8 +306,10 @@ def _run(args: argparse.Namespace) -> int:
     problems = failures(result)
     caught = sum(1 for line in result["mutants"].values() if line["verdict"] == CAUGHT)
     applicable = sum(1 for line in result["mutants"].values() if line["verdict"] != NOT_APPLICABLE)
-    print(f"\n{caught} of {applicable} applicable bugs caught under a rule they break "
-          f"({len(result['mutants']) - applicable} not applicable on {result['backend'] or 'this backend'}); "
+    under_all = sum(1 for line in result["mutants"].values() if line.get("caught_under") == "all")
+    print(f"\n{caught} of {applicable} applicable bugs caught under a rule they break, {under_all} of them under "
+          f"every rule they break ({len(result['mutants']) - applicable} not applicable on "
+          f"{result['backend'] or 'this backend'}); "
           f"{sum(1 for line in result['legal'].values() if not line['failed'])} of {len(result['legal'])} "
           f"legal variants passed; written to {out / 'mutants.json'}")
     for problem in problems:

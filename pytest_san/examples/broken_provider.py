@@ -24,7 +24,7 @@ class AccessIgnoringProvider:
 
     def register_rdma_memory(self, socket: Any, buffer: Any, access: Access,
                              descriptor_size: int | None = None) -> bytes:
-        if access in (Access.READ, Access.WRITE):
+        if type(access) in (int, Access) and access in (Access.READ, Access.WRITE):  # a bool is no access
             access = Access.READWRITE  # the bug: the caller's restriction is dropped
         return self._inner.register_rdma_memory(socket, buffer, access, descriptor_size)
 

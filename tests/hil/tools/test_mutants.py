@@ -44,7 +44,8 @@ def test_a_bug_is_caught_and_a_legal_variant_passes(tmp_path: Path) -> None:
     result, data = _mutants(tmp_path, "--only", "read_descriptor_writable,no_rdma_read")
     assert result.returncode == 0, result.stdout + result.stderr
     assert data["backend"] == "emulator" and data["baseline"] == {"failed": []}
-    assert data["mutants"] == {"read_descriptor_writable": {"failed": ["R6"], "breaks": ["R6"], "verdict": "caught"}}
+    assert data["mutants"] == {"read_descriptor_writable": {"failed": ["R6"], "breaks": ["R6"], "verdict": "caught",
+                                                          "missed": [], "caught_under": "all"}}
     assert data["legal"] == {"no_rdma_read": {"failed": []}}
     assert "read_descriptor_writable" in result.stdout and "1 of 1 applicable bugs caught" in result.stdout
     assert (tmp_path / "out" / "read_descriptor_writable.json").exists()
@@ -134,7 +135,8 @@ def test_an_authors_bug_and_legal_variant_run_instead_of_the_corpus(tmp_path: Pa
     (tmp_path / "my_legal.py").write_text(MY_LEGAL)
     result, data = _mutants(tmp_path, "--plugin", "my_bug", "--plugin", "my_legal", "--focus")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert data["mutants"] == {"my_bug": {"failed": ["R6"], "breaks": ["R6"], "verdict": "caught"}}
+    assert data["mutants"] == {"my_bug": {"failed": ["R6"], "breaks": ["R6"], "verdict": "caught",
+                                                          "missed": [], "caught_under": "all"}}
     assert data["legal"] == {"my_legal": {"failed": []}}
     assert "1 of 1 applicable bugs caught" in result.stdout and "1 of 1 legal variants passed" in result.stdout
     assert "2 entries (2 from --plugin)" in result.stderr
@@ -163,7 +165,8 @@ def test_a_package_directory_imports_its_modules_as_the_packages(tmp_path: Path)
     (package / "again.py").write_text('from .access import pytest_san_make_provider\n\nBREAKS = ("R6")\n')
     result, data = _mutants(tmp_path, "--plugin", "mybugs", "--only", "mybugs.again", "--focus")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert data["mutants"] == {"again": {"failed": ["R6"], "breaks": ["R6"], "verdict": "caught"}}
+    assert data["mutants"] == {"again": {"failed": ["R6"], "breaks": ["R6"], "verdict": "caught",
+                                                          "missed": [], "caught_under": "all"}}
 
 
 @pytest.mark.parametrize(("files", "argv", "message"), [
