@@ -96,13 +96,21 @@ class ProcessGone(Observed):
     """The process had ended before the call."""
 
 
+MRS_SHOWN = 8  # MR lengths a hang's line lists (a kernel module's pool holds hundreds)
+
+
 def describe_hang(hang: Mapping[str, Any]) -> str:
+    """One line: the call, its deadline, the process's CPU share and state, what the kernel held meanwhile (by
+    module, for a program that drives one) and every call made before it, the reproducer's steps."""
     held = hang.get("held") or {}
-    mrs = ", ".join(str(m.get("length")) for m in held.get("mr", []))
+    lengths = [str(m.get("length")) for m in held.get("mr", [])]
+    mrs = ", ".join(lengths[:MRS_SHOWN]) + (f", ... ({len(lengths)} in all)" if len(lengths) > MRS_SHOWN else "")
     counts = ", ".join(f"{len(held.get(k, []))} {k}" for k in ("qp", "pd", "cq", "cm_id") if held.get(k))
+    modules = held.get("modules")
+    owners = f" (owned by {', '.join(f'{m}: {n}' for m, n in modules.items())})" if modules else ""
     return (f"{hang.get('call')} did not return within {hang.get('deadline')} s (CPU {hang.get('cpu')}, state "
-            f"{hang.get('state')}); meanwhile the kernel held MRs of [{mrs}] bytes and {counts or 'nothing else'}; "
-            f"the process was killed. Steps: {'; '.join(hang.get('steps', []))}")
+            f"{hang.get('state')}); meanwhile the kernel held MRs of [{mrs}] bytes and {counts or 'nothing else'}"
+            f"{owners}; the process was killed. Steps: {'; '.join(hang.get('steps', []))}")
 
 
 def result(outcome: Outcome, what: str) -> Any:

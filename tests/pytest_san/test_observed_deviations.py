@@ -134,3 +134,17 @@ def test_a_deviating_scenarios_reason_says_what_this_run_saw(pytester: pytest.Py
         "test_rclose_with_a_live_riomap_releases_everything"]
     assert [d["observed"] for d in report["deviations"] if d["implementation"] == "rsockets (librdmacm)"] == [True,
                                                                                                             True]
+
+
+def test_a_hang_of_a_kernel_driver_is_one_line_naming_its_modules() -> None:
+    """A hung NVMe-oF step: the call, its deadline and state, a pool of MRs shortened, the modules that held them
+    and the steps before it, on one line."""
+    from pytest_san.observed import describe_hang
+
+    line = describe_hang({"call": "disconnect", "deadline": 90, "cpu": 0.0, "state": "D",
+                          "held": {"mr": [{"length": 0}] * 160, "qp": [{}, {}], "pd": [{}],
+                                   "modules": {"nvme_rdma": 161, "rdma_cm": 2}},
+                          "steps": ["host_module(register_always='Y')", "disconnect(nqn='x')"]})
+    assert "\n" not in line and line.startswith("disconnect did not return within 90 s (CPU 0.0, state D)")
+    assert "... (160 in all)" in line and "owned by nvme_rdma: 161, rdma_cm: 2" in line
+    assert line.endswith("Steps: host_module(register_always='Y'); disconnect(nqn='x')")
