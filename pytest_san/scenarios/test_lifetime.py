@@ -68,6 +68,37 @@ def test_handle_rejected_after_deregister(conn: Connection) -> None:
     assert target.unchanged()
 
 
+@pytest.mark.san_rule("R3")
+@pytest.mark.parametrize("kind", ["memory", "rdma"])
+def test_deregistering_one_of_two_registrations_at_one_address_ends_that_one(conn: Connection, kind: str) -> None:
+    """Two registrations that start at one address (64 and 32 bytes): deregistering the longer ends it, by its
+    handle or descriptor, not whichever the address finds first. The socket then lists the shorter one only, and
+    the longer one's memory past the shorter is no longer reachable through it (an error completion ends the
+    connection, so it is tried last)."""
+    a, b = conn.local, conn.remote
+    end = a if kind == "memory" else b
+    if kind == "memory":
+        buf, longer = source(a, DATA[:64], Access.READWRITE)
+        a.provider.register_memory(a.socket, buf.view(0, 32), Access.READWRITE)
+        a.provider.deregister_memory(a.socket, longer)
+        address = buf.address
+    else:
+        target, gone = window(b, 64, Access.WRITE)
+        b.provider.register_rdma_memory(b.socket, target.inner.view(0, 32), Access.WRITE)
+        b.provider.deregister_rdma_memory(b.socket, gone)
+        address = target.inner.address
+    listed = sorted(r.length for r in end.provider.registrations(end.socket) if r.kind == kind and r.address == address)
+    assert listed == [32], (f"after deregistering the 64-byte registration at {address:#x}, the socket lists "
+                            f"{listed} byte(s) there: the other one went instead, or both")
+    if kind == "memory":
+        target, desc = window(b, 64, Access.WRITE)
+        outcome = attempt(lambda: a.provider.rdma_write(a.socket, [(buf.view(32, 32), longer)], desc, 0))
+    else:
+        outcome = write_into(a, gone, b"\x99" * 64)
+    assert rejected(outcome), "a deregistered key still moved bytes beside another registration at its address"
+    assert target.unchanged()
+
+
 DEREGISTER_CYCLES = 256
 """Register/deregister cycles of one buffer over which no descriptor may come back (on a lab: a few round trips
 in all, the cycles go out together)."""
