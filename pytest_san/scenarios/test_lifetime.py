@@ -138,12 +138,13 @@ REUSE_ATTEMPTS = 3
 out socket numbers as an OS hands out descriptors gives the lowest free one: the first new socket)."""
 
 
-@pytest.mark.san_rule("R1", "R2", "R3", "R4")
+@pytest.mark.san_rule("R1", "R2", "R3", "R4", "R11")
 def test_registrations_of_a_closed_socket_fail_on_sockets_made_after_it(san_backend: Backend) -> None:
     """A handle and a descriptor of a closed connection name nothing on the connections made after it, between
     the same processes, even on a socket that equals the closed one: deregistering them there is WSAEINVAL, and
     a transfer through them is rejected and moves no byte. Without socket reuse the property holds for every new
-    socket all the same."""
+    socket all the same. R11 too: once closed, the socket holds no registration, and a socket number handed out
+    again starts with none."""
     pa, pb = two_processes(san_backend)
     sa, sb = san_backend.connect_sockets(pa, pb)
     old = (RawEnd(sa, pa, pa.node.provider, pa.node.proxy), RawEnd(sb, pb, pb.node.provider, pb.node.proxy))

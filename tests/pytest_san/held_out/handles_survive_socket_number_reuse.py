@@ -1,9 +1,9 @@
 """Handles live in a table keyed by socket number, which closing a socket does not clear: a new socket that gets
 the closed one's number (the lowest free, as an OS hands out descriptors) inherits its handles.
 
-Breaks R1 (a handle works on a socket it was not registered on) and R3 (the registration was released when its
-socket closed, yet the handle names memory again). Realistic: per-socket state indexed by the SOCKET value, and
-cleanup that forgets one table.
+Breaks R1 (a handle works on a socket it was not registered on), R3 (the registration was released when its
+socket closed, yet the handle names memory again) and R11 (the closed socket's registrations outlive it).
+Realistic: per-socket state indexed by the SOCKET value, and cleanup that forgets one table.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_san.mutants.wrapping import Registered, Shared, SubstitutingHandles, provider_hook
 
-BREAKS = ("R1", "R3")
+BREAKS = ("R1", "R3", "R11")
 
 
 class HandlesSurviveSocketNumberReuse(SubstitutingHandles):
