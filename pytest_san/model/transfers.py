@@ -223,6 +223,9 @@ class TransferModel:
         # the call has others (a provider outside the reference order may answer any of them), the answer of a
         # provider that follows the reference order, else a refusal the call may make instead (below).
         many = step.kind == "rdma_read" and self._on(alt.READ_ONE_BUFFER) and sum(1 for v in views if v[3]) > 1
+        # One buffer and zero-length entries beside it: a device that counts entries refuses it, one that drops
+        # the empty ones (they move nothing) reads into the one; both are legal.
+        loose = step.kind == "rdma_read" and self._on(alt.READ_ONE_BUFFER) and not many and len(views) > 1
         if many and "read" not in faults and (self.traits.reference_order or set(faults) - {"list.count"}):
             if not faults:
                 ex.alternatives.add(alt.READ_ONE_BUFFER)
@@ -249,7 +252,7 @@ class TransferModel:
         op = MOp(step.op, step.kind, s, views, [], desc=desc, offset=step.offset)
         write_like = step.kind in ("rdma_write", "send")
         verdict, regs = self._local(s, pairs, R if write_like else W)
-        if many:
+        if many or loose:
             self._may_refuse(alt.READ_ONE_BUFFER, frozenset({"WSAEINVAL"}), step.op)  # its device reads into one buffer
         if verdict != "ok" and self._on(alt.REFUSED_AT_CALL):
             self._may_refuse(alt.REFUSED_AT_CALL, BAD_ENTRY_CODES, step.op)  # its provider checks the entries itself

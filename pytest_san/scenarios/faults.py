@@ -204,8 +204,10 @@ class World:
     ``stale`` and ``stale_desc``: a handle and a window of ``sa`` deregistered before.
     """
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, scatter_read: bool | None = None) -> None:
         self.backend = backend
+        # Whether an RDMA read gets two entries (else one: a device may read into one buffer only).
+        self.scatter_read = "rdma_read_scatter" in backend.capabilities if scatter_read is None else scatter_read
         a, b = backend.nodes[0], backend.nodes[1]
         self.pa, self.pb = a.default_process, b.default_process
         self.provider, self.peer = a.provider, b.provider
@@ -304,8 +306,8 @@ class World:
             buffer = self._range(case.fault(f"{slot}.range"), process, self.src.view(offset, length),
                                  self.other.view(offset, length))
             out.append((buffer, self.h))
-        if case.call.endswith("_burst"):
-            out = out[:1]
+        if case.call.endswith("_burst") or (case.call.startswith("rdma_read") and not self.scatter_read):
+            out = out[:1]  # a device may read into one buffer only (without ``rdma_read_scatter``)
         if whole is not None:  # too many entries
             out += [(self.src.view(0, 16), self.h)] * (MAX_SGE + 1 - len(out))
         return out
@@ -374,10 +376,11 @@ def want(case: Case, descriptor_size: int = DESCRIPTOR_SIZE) -> str:
     return expected + (f" (required_size {descriptor_size})" if case.expected == "descriptor_size.small" else "")
 
 
-def run_cases(backend: Backend, chosen: Sequence[Case], answers: dict[str, str] | None = None) -> list[str]:
+def run_cases(backend: Backend, chosen: Sequence[Case], answers: dict[str, str] | None = None,
+              scatter_read: bool | None = None) -> list[str]:
     """Make every case of ``chosen`` on ``backend``: the problems found (empty: every answer is the table's and
     nothing changed). ``answers`` gets each case's answer, by its id."""
-    world = World(backend)
+    world = World(backend, scatter_read)
     problems = []
     try:
         for case in chosen:

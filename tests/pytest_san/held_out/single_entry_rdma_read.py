@@ -26,7 +26,9 @@ class SingleEntryRdmaRead(DelegatingProvider):
         well_formed = (isinstance(local_buffers, list | tuple)
                        and len(list(entries(local_buffers))) == len(local_buffers) > 1
                        and all(isinstance(buffer, Buffer) for buffer, _ in entries(local_buffers)))
-        if well_formed and socket.connected:
+        # (It read ``socket.connected`` of whatever came as the socket, an AttributeError for no socket at all:
+        # the generated bad-argument cases of issue 37 found it; a socket that is none is the wrapped provider's.)
+        if well_formed and getattr(socket, "connected", False) is True:
             raise SanError(WsaError.WSAEINVAL, f"{len(local_buffers)} buffers: an RDMA read here takes one")
         return super().rdma_read(socket, local_buffers, source_descriptor, offset)
 
