@@ -9,6 +9,7 @@ too): the operation completes with an error, LOCAL_PROTECTION, moving 0 bytes, e
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from pytest_san import Access, Backend, SanError, Status, WsaError
 from pytest_san.checks import CALLS, answer
 
 from .faults import AFTER_CALL, SLOTS, Fault, cases, run_cases
-from .support import NEEDS_READ, TIMEOUT, RawEnd, sink, source, window
+from .support import NEEDS_READ, TIMEOUT, RawEnd, close_ends, sink, source, window
 
 READS = ("rdma_read", "rdma_read_burst")
 BURSTS = ("rdma_write_burst", "rdma_read_burst")
@@ -79,16 +80,16 @@ def _after_call() -> list[Any]:
 
 
 @pytest.mark.parametrize(("call", "fault"), _after_call())
-def test_a_bad_handle_in_any_entry_completes_with_local_protection(san_backend: Backend,
-                                                                   raw_pair: tuple[RawEnd, RawEnd], call: str,
-                                                                   fault: Fault) -> None:
+def test_a_bad_handle_in_any_entry_completes_with_local_protection(
+        san_backend: Backend, raw_pair: tuple[RawEnd, RawEnd], call: str, fault: Fault,
+        closing: list[RawEnd]) -> None:
     """A handle the socket does not hold, in any entry of a scatter list (the second entry is zero-length): the
     operation completes LOCAL_PROTECTION with 0 bytes, whatever the other entries hold; the peer's memory is
     unchanged. A zero-length entry moves nothing, but its handle is still checked."""
     a, b = raw_pair
     index = int(fault.slot.split("[", 1)[1].split("]", 1)[0])
     buf, handle = source(a, b"S" * 32)
-    bad = {"stale": _stale(a, buf), "junk": 0x7FFF_FFFF, "another socket's": _foreign(san_backend, a, buf)}[fault.name]
+    bad = _bad_handle(fault.name, san_backend, a, buf, closing)
     entries = [(buf.view(0, 16), handle), (buf.view(16, 0), handle)]
     if call in READS and index == 0:
         entries = entries[:1]  # a device may read into one buffer only: two need rdma_read_scatter
@@ -119,30 +120,25 @@ def test_a_bad_handle_in_any_entry_completes_with_local_protection(san_backend: 
     assert g.unchanged(), f"{call} with {fault} changed the peer's memory"
 
 
-def _stale(end: RawEnd, buf: Any) -> Any:
-    handle = end.provider.register_memory(end.socket, buf.view(0, 8), Access.READWRITE)
-    end.provider.deregister_memory(end.socket, handle)
-    return handle
+@pytest.fixture
+def closing(san_backend: Backend) -> Iterator[list[RawEnd]]:
+    """Ends a scenario makes beyond its pair, closed after it."""
+    made: list[RawEnd] = []
+    yield made
+    close_ends(san_backend, made)
 
 
-def _foreign(backend: Backend, end: RawEnd, buf: Any) -> Any:
-    """A handle of ``buf`` on another connection of the same process (left for the fixture's leak check to see
-    released when that connection closes)."""
+def _bad_handle(kind: str, backend: Backend, end: RawEnd, buf: Any, closing: list[RawEnd]) -> Any:
+    """A handle ``end``'s socket does not hold: ``junk``, ``stale`` (deregistered) or ``another socket's`` (made
+    only for that kind: another connection costs a connect; closing it releases the handle)."""
+    if kind == "junk":
+        return 0x7FFF_FFFF
+    if kind == "stale":
+        handle = end.provider.register_memory(end.socket, buf.view(0, 8), Access.READWRITE)
+        end.provider.deregister_memory(end.socket, handle)
+        return handle
     peer = backend.nodes[min(1, len(backend.nodes) - 1)].default_process
     other, other_peer = backend.connect_sockets(end.process, peer)
-    handle = end.provider.register_memory(other, buf.view(0, 16), Access.READWRITE)
-    _OTHERS.append((end.provider, other, peer.node.provider, other_peer))
-    return handle
-
-
-_OTHERS: list[tuple[Any, Any, Any, Any]] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_others() -> Any:
-    yield
-    while _OTHERS:
-        mine, sock, theirs, peer_sock = _OTHERS.pop()
-        for provider, s in ((mine, sock), (theirs, peer_sock)):
-            if not s.closed:
-                provider.close_socket(s)
+    closing += [RawEnd(other, end.process, end.provider, end.proxy),
+                RawEnd(other_peer, peer, peer.node.provider, peer.node.proxy)]
+    return end.provider.register_memory(other, buf.view(0, 16), Access.READWRITE)
