@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .protocols import Node
 
-__all__ = ["CallFailed", "CallHung", "NvmeFabric", "Observed", "ObservedProcess", "Observing", "ProcessGone",
+__all__ = ["CallFailed", "CallHung", "Calls", "NvmeFabric", "Observed", "ObservedProcess", "Observing", "ProcessGone",
            "RogueTarget", "RsocketsProcess"]
 
 Outcome = Mapping[str, Any]
@@ -128,15 +128,22 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-class RsocketsProcess:
-    """The calls of ``hil/agent/rsockets/child.py`` on an observed process, each raising on anything but a result."""
+class Calls:
+    """A program's calls on an observed process, each raising on anything but a result (``result``); a call
+    waits ``deadline`` seconds unless it says otherwise."""
 
-    def __init__(self, process: ObservedProcess, deadline: float = 30.0) -> None:
+    default_deadline = 30.0
+
+    def __init__(self, process: ObservedProcess, deadline: float | None = None) -> None:
         self.process = process
-        self.deadline = deadline
+        self.deadline = self.default_deadline if deadline is None else deadline
 
     def _do(self, call: str, deadline: float | None = None, **args: object) -> Any:
         return result(self.process.call(call, args, self.deadline if deadline is None else deadline), call)
+
+
+class RsocketsProcess(Calls):
+    """The calls of ``hil/agent/rsockets/child.py`` on an observed process, each raising on anything but a result."""
 
     def socket(self, iomap_slots: int = 0) -> int:
         fd = int(self._do("rsocket"))
@@ -184,19 +191,14 @@ class RsocketsProcess:
         return self.process.call("close", {"fd": fd}, self.deadline if deadline is None else deadline)
 
 
-class NvmeFabric:
+class NvmeFabric(Calls):
     """The calls of ``hil/agent/nvme/fabric.py`` (program ``"nvme"``): the kernel's NVMe-oF target or host on one
     node, each call raising on anything but a result. ``kernel()`` is what the modules ``nvme_rdma``,
     ``nvmet_rdma`` and ``rdma_cm`` hold on that node that they did not hold when the process started: per kind,
     entries with their ``module`` (a PD with its ``unsafe_global_rkey`` where it has one), and ``"modules"``:
     counts by module."""
 
-    def __init__(self, process: ObservedProcess, deadline: float = 60.0) -> None:
-        self.process = process
-        self.deadline = deadline
-
-    def _do(self, call: str, deadline: float | None = None, **args: object) -> Any:
-        return result(self.process.call(call, args, self.deadline if deadline is None else deadline), call)
+    default_deadline = 60.0
 
     def target(self, nqn: str, port: int = 4420, size_mb: int = 64) -> dict[str, Any]:
         made: dict[str, Any] = self._do("target", nqn=nqn, port=port, size_mb=size_mb)
@@ -250,16 +252,14 @@ class NvmeFabric:
         return self.process.kernel()
 
 
-class RogueTarget:
+class RogueTarget(Calls):
     """The calls of ``hil/agent/engines/verbs/nvme_rogue.py`` (program ``"nvme-rogue"``): a listener of ours where
     nvmet would be, which tries what the host's advertised keys allow (its module docstring says each probe)."""
 
-    def __init__(self, process: ObservedProcess, deadline: float = 60.0) -> None:
-        self.process = process
-        self.deadline = deadline
+    default_deadline = 60.0
 
     def listen(self, port: int = 4420) -> dict[str, Any]:
-        where: dict[str, Any] = result(self.process.call("listen", {"port": port}, self.deadline), "listen")
+        where: dict[str, Any] = self._do("listen", port=port)
         return where
 
     def start(self, probe: str, deadline: float = 150.0) -> int:

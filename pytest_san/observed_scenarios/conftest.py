@@ -6,6 +6,7 @@ happened on this run and not only what was declared."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
@@ -31,6 +32,11 @@ def pytest_san_deviations(config: pytest.Config, backend: Backend) -> Iterable[D
         if config.getoption("san_nvme_register_always") == "Y":
             declared += NVME_POOL_KEYS
     return tuple(declared) or None
+
+
+def record(request: pytest.FixtureRequest, **values: object) -> None:
+    """What a scenario saw, as a ``user_properties`` entry ("observed", JSON) that the reports carry."""
+    request.node.user_properties.append(("observed", json.dumps(values, default=str)))
 
 
 SAW = 700  # characters of what a deviating scenario saw, in its reason

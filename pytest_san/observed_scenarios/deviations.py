@@ -36,6 +36,9 @@ RSOCKETS: tuple[Deviation, ...] = (
 
 NVME_RDMA = "NVMe over Fabrics on RDMA (the kernel's nvme-rdma host)"
 
+EVERY_ACCESS = ("every request's MR gets local write, remote read and remote write, whatever the I/O's direction "
+                "(rdma.c nvme_rdma_map_sg_fr)")
+
 NVME: tuple[Deviation, ...] = (
     Deviation(
         rule="R2",
@@ -49,16 +52,14 @@ NVME: tuple[Deviation, ...] = (
     Deviation(
         rule="R6",
         implementation=NVME_RDMA,
-        what=("every request's MR gets local write, remote read and remote write, whatever the I/O's direction "
-              "(rdma.c nvme_rdma_map_sg_fr): a target may write into the buffer a host sends from"),
+        what=f"{EVERY_ACCESS}: a target may write into the buffer a host sends from",
         why="by-design",
         tests=("test_a_buffer_the_host_sends_from_cannot_be_written_by_the_peer",),
     ),
     Deviation(
         rule="R7",
         implementation=NVME_RDMA,
-        what=("every request's MR gets local write, remote read and remote write, whatever the I/O's direction "
-              "(rdma.c nvme_rdma_map_sg_fr): a target may read the buffer a host receives into"),
+        what=f"{EVERY_ACCESS}: a target may read the buffer a host receives into",
         why="by-design",
         tests=("test_a_buffer_the_host_receives_into_cannot_be_read_by_the_peer",),
     ),

@@ -10,7 +10,6 @@ cleanup disconnects, removes the target and unloads what was loaded.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 
 from pytest_san.observed import NvmeFabric, RogueTarget
 
-from .conftest import Nvme
+from .conftest import Nvme, record
 
 pytestmark = pytest.mark.san_requires("nvme_rdma")
 
@@ -34,10 +33,6 @@ KINDS = ("mr", "qp", "pd", "cq", "cm_id")
 def nqn(request: pytest.FixtureRequest, suffix: str = "") -> str:
     name = request.node.name.replace("test_", "")[:40].replace("_", "-")
     return f"nqn.2026-12.io.pytest-san:{name}{suffix}-{uuid.uuid4().hex[:8]}"
-
-
-def record(request: pytest.FixtureRequest, **values: object) -> None:
-    request.node.user_properties.append(("observed", json.dumps(values, default=str)))
 
 
 def counts(held: Mapping[str, Any]) -> dict[str, int]:

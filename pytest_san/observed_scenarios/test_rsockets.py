@@ -9,13 +9,14 @@ connection arrives after it (one RC queue pair), or the writer's connection has 
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
 from pytest_san.observed import RsocketsProcess, describe_hang
+
+from .conftest import record
 
 pytestmark = pytest.mark.san_requires("rsockets")
 
@@ -92,10 +93,6 @@ def brief(outcome: Mapping[str, Any]) -> Mapping[str, Any]:
     if "hang" not in outcome:
         return outcome
     return {"hang": {k: outcome["hang"].get(k) for k in ("call", "deadline", "cpu", "state")}}
-
-
-def record(request: pytest.FixtureRequest, **values: object) -> None:
-    request.node.user_properties.append(("observed", json.dumps(values, default=str)))
 
 
 def mapped(a: RsocketsProcess, b: RsocketsProcess, afd: int, cfd: int, length: int = PAGE,
