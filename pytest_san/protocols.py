@@ -178,6 +178,17 @@ class CacheTypeProxy(Protocol):
     def cache_type_of(self, base: int) -> CacheType: ...
 
 
+class PinnedBytesProxy(Protocol):
+    """Optional, for a proxy (capability ``"pinned_bytes"``): ``pinned_bytes()`` is how many bytes of memory its
+    node holds pinned now for registrations and the proxy's allocations, as the platform itself counts them where
+    it does (Linux: the ``VmPin`` of the node's processes, pages the kernel pinned for every MR), else as the proxy
+    keeps its books. A registration of a buffer holds pinned at least every byte from the start of its first page
+    to its last byte until it ends (R8, R12): ``pinned_bytes`` shows a pin shorter than what it covers, where
+    ``live_allocations`` counts only pins."""
+
+    def pinned_bytes(self) -> int: ...
+
+
 @runtime_checkable
 class Process(Protocol):
     """A process on a node, with its own virtual address space."""

@@ -22,6 +22,7 @@ from pytest_san.protocols import (
     LocalBuffers,
     Node,
     PendingOperation,
+    PinnedBytesProxy,
     Process,
     Provider,
     Proxy,
@@ -554,6 +555,9 @@ class RemoteProxy(Remote):
     def cache_type_of(self, base: int) -> CacheType:
         return CacheType(self._call("cache_type_of", base))
 
+    def pinned_bytes(self) -> int:
+        return int(self._call("pinned_bytes"))
+
 
 # mypy checks each stand-in against the protocol it stands in for (no runtime cost).
 if TYPE_CHECKING:
@@ -570,3 +574,4 @@ if TYPE_CHECKING:
     def _is_proxy(p: RemoteProxy) -> Proxy: return p
     def _is_direct_io(p: RemoteProxy) -> DirectIoProxy: return p
     def _is_cache_type(p: RemoteProxy) -> CacheTypeProxy: return p
+    def _is_pinned_bytes(p: RemoteProxy) -> PinnedBytesProxy: return p

@@ -17,7 +17,7 @@ OBJECTS: dict[str, frozenset[str]] = {
                            "close_socket", "getsockopt", "registrations", "supports_rdma_read"}),
     "proxy": frozenset({"device_flags", "nolowmem", "set_nolowmem", "allocate", "free", "allocate_contiguous",
                         "free_contiguous", "get_dma_adapter", "put_dma_adapter", "live_allocations",
-                        "pin", "physical_runs", "compact_memory", "cache_type_of"}),
+                        "pin", "physical_runs", "compact_memory", "cache_type_of", "pinned_bytes"}),
     "adapter": frozenset({"allocate_common_buffer", "free_common_buffer", "dma32"}),
     "socket": frozenset({"state"}),
     "operation": frozenset({"done", "wait"}),

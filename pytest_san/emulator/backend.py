@@ -19,6 +19,7 @@ MAX_NODES = 255  # node i's handles and window rkeys start at (i + 1) << 24: all
 CAPABILITIES = frozenset({
     "emulator", "rdma_read", "memory_windows", "physical_addresses", "nolowmem", "contiguous",
     "dma_adapter", "faults", "process_kill", "send_waits", "rdma_read_scatter", "direct_io", "cache_types",
+    "pinned_bytes",
     "reference_order",  # its provider's checks are pytest_san.checks', in their order (dropped for a plugin's)
 })
 

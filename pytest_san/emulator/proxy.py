@@ -331,6 +331,12 @@ class EmulatedProxy:
         """Allocations, contiguous blocks, common buffers and adapters not yet freed or put."""
         return len(self.live())
 
+    def pinned_bytes(self) -> int:
+        """Bytes of the allocations and direct-I/O pins not yet freed (PinnedBytesProxy): the pins of registrations
+        and of the switch's memory; contiguous blocks and common buffers are the device's own."""
+        self._ended_pins()
+        return sum(a.length for a in self._allocations) + sum(p.length for p in self._pins)
+
     def reset(self) -> None:
         """Give back everything still alive (after a leak was reported) and clear fault injection."""
         alive: list[_Live] = [*self._allocations, *self._pins, *self._blocks.values(), *self._adapters]

@@ -25,6 +25,7 @@ from ..protocols import (
     LocalBuffers,
     Node,
     PendingOperation,
+    PinnedBytesProxy,
     Process,
     Provider,
     Proxy,
@@ -242,8 +243,8 @@ class DelegatingProxy(Wrapper):
     def live_allocations(self) -> int:
         return self.inner.live_allocations()
 
-    # DirectIoProxy and CacheTypeProxy (capabilities "direct_io", "cache_types"): forwarded as they are; a node
-    # whose proxy lacks them lacks the capability (pytest_san.plugin.capabilities).
+    # DirectIoProxy, CacheTypeProxy and PinnedBytesProxy (capabilities "direct_io", "cache_types", "pinned_bytes"):
+    # forwarded as they are; a node whose proxy lacks them lacks the capability (pytest_san.plugin.capabilities).
     def pin(self, buffer: Buffer) -> Any:
         return cast(DirectIoProxy, self.inner).pin(buffer)
 
@@ -255,6 +256,9 @@ class DelegatingProxy(Wrapper):
 
     def cache_type_of(self, base: int) -> CacheType:
         return cast(CacheTypeProxy, self.inner).cache_type_of(base)
+
+    def pinned_bytes(self) -> int:
+        return cast(PinnedBytesProxy, self.inner).pinned_bytes()
 
 
 class Finished:

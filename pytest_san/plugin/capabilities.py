@@ -7,7 +7,7 @@ is theirs:
 1. the backend's set for the node (a claim about the backend's *own* provider, such as ``reference_order``,
    is dropped when a plugin replaced or wrapped that provider: a provider under test claims it itself);
 2. ``rdma_read`` is there exactly when ``provider.supports_rdma_read`` is true (where it has the property);
-   ``direct_io`` and ``cache_types`` only while the proxy has their methods (``PROXY_METHODS``);
+   ``direct_io``, ``cache_types`` and ``pinned_bytes`` only while the proxy has their methods (``PROXY_METHODS``);
 3. ``san_capabilities`` of the provider, then of the proxy (optional, a mapping): each name mapped to True is
    added, each mapped to False removed (e.g. ``{"contiguous": False, "dma_adapter": False}`` for a platform
    without them);
@@ -34,6 +34,7 @@ plugin returned does not inherit them."""
 PROXY_METHODS: dict[str, tuple[str, ...]] = {
     "direct_io": ("pin", "physical_runs", "compact_memory"),  # protocols.DirectIoProxy
     "cache_types": ("cache_type_of",),  # protocols.CacheTypeProxy
+    "pinned_bytes": ("pinned_bytes",),  # protocols.PinnedBytesProxy
 }
 """Capabilities that are methods of the proxy under test: a node keeps the backend's word for one only while its
 proxy has the methods (a plugin's proxy without them cannot be asked, whatever the host offers)."""

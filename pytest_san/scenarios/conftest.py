@@ -9,6 +9,7 @@ import pytest
 from pytest_san import Backend, Connection, Switch
 
 from .support import RawEnd, close_ends
+from .watching import Watched
 
 
 @pytest.fixture
@@ -26,3 +27,14 @@ def raw_pair(san_backend: Backend, san_switch: object) -> Iterator[tuple[RawEnd,
     ends = (RawEnd(sa, pa, pa.node.provider, pa.node.proxy), RawEnd(sb, pb, pb.node.provider, pb.node.proxy))
     yield ends
     close_ends(san_backend, ends)
+
+
+@pytest.fixture
+def watched_switch(san_backend: Backend, request: pytest.FixtureRequest) -> Iterator[tuple[Switch, Watched]]:
+    """The switch under test (``pytest_san_make_switch``'s, else pytest-san's own) made over ``Watched(backend)``,
+    which writes down each provider call the switch makes; its connections are closed afterwards."""
+    backend = Watched(san_backend)
+    made = request.config.hook.pytest_san_make_switch(config=request.config, backend=backend)
+    switch = made if made is not None else Switch(backend)
+    yield switch, backend
+    switch.close_all()

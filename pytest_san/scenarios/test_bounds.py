@@ -2,9 +2,10 @@
 
 A host maps whole pages and pins whole pages, so a provider that checks a range against what it pinned, rather
 than what the caller registered, is right at page boundaries and wrong everywhere else. Each scenario registers
-a range at an unaligned start, of an odd length, inside one page, or ending one byte into a page, inside a larger
-allocation whose other bytes are guards: a probe one byte past either end must be rejected and move nothing; one
-exactly at either end must land exactly there. One probe per test: on verbs a rejected transfer breaks the
+a range at an unaligned start, of an odd length, inside one page, ending one byte into a page, of 64 KiB, or of
+more than 1 MiB (where a length kept in 16 or 20 bits wraps), inside a larger allocation whose other bytes are
+guards: a probe one byte past either end must be rejected and move nothing; one exactly at either end must land
+exactly there. One probe per test: on verbs a rejected transfer breaks the
 connection, and the next probe would be rejected for that instead. The guards lie inside the allocation (never
 between its end and the end of its page, which no scenario relies on).
 """
@@ -40,6 +41,8 @@ GEOMETRIES = [  # (start in its page, length)
     pytest.param(1000, 24, id="sub-page"),
     pytest.param(0, P + 1, id="one-byte-into-a-page"),
     pytest.param(P - 7, P + 14, id="straddling-pages"),
+    pytest.param(0, 1 << 16, id="64-KiB"),  # a 16-bit length field holds 0 for it
+    pytest.param(100, (1 << 20) + 1, id="past-1-MiB"),  # and 1 for this one, as does a 20-bit one
 ]
 
 
@@ -62,8 +65,8 @@ class Region:
 
 
 def region(end: RawEnd, start: int, length: int, fill: int = 0x22) -> Region:
-    whole = end.process.alloc(5 * P)
-    at = -whole.address % P + P + start  # a whole page of guards before the region's page
+    whole = end.process.alloc(start + length + 3 * P)
+    at = -whole.address % P + P + start  # a whole page of guards before the region's page, one or more after
     whole.write(bytes([GUARD_BYTE]) * at + bytes([fill]) * length + bytes([GUARD_BYTE]) * (whole.length - at - length))
     return Region(whole, whole.view(at, length), at, fill)
 

@@ -1,4 +1,4 @@
-"""When registered memory is reachable: R3, R4, R12, R13."""
+"""When registered memory is reachable: R2, R3, R4, R12, R13."""
 
 from __future__ import annotations
 
@@ -97,6 +97,27 @@ def test_deregistering_one_of_two_registrations_at_one_address_ends_that_one(con
         outcome = write_into(a, gone, b"\x99" * 64)
     assert rejected(outcome), "a deregistered key still moved bytes beside another registration at its address"
     assert target.unchanged()
+
+
+@pytest.mark.san_rule("R2")
+@pytest.mark.parametrize("ended", ["handle", "other-descriptor"])
+def test_a_descriptor_keeps_serving_its_peer_whatever_else_of_its_memory_is_deregistered(conn: Connection,
+                                                                                       ended: str) -> None:
+    """R2 gives a descriptor to the connected peer for as long as it is registered: ending another registration
+    of the same memory (a local handle over it, or a second descriptor of it) must leave it working. The peer's
+    write through it still lands, and the socket still lists it."""
+    a, b = conn.local, conn.remote
+    target, desc = window(b, 256, Access.WRITE)
+    if ended == "handle":
+        other = b.provider.register_memory(b.socket, target.inner, Access.READWRITE)
+        b.provider.deregister_memory(b.socket, other)
+    else:
+        second = b.provider.register_rdma_memory(b.socket, target.inner.view(0, 128), Access.WRITE)
+        b.provider.deregister_rdma_memory(b.socket, second)
+    listed = [r for r in b.provider.registrations(b.socket) if r.kind == "rdma" and r.address == target.inner.address]
+    assert [r.length for r in listed] == [256], f"deregistering the {ended} ended the descriptor too: {listed}"
+    assert succeeded(write_into(a, desc, b"\x5e" * 256), 256), f"the peer's write failed once the {ended} ended"
+    assert target.inner.read() == b"\x5e" * 256 and target.intact()
 
 
 DEREGISTER_CYCLES = 256

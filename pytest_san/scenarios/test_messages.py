@@ -1,6 +1,9 @@
-"""Send and receive at the provider level: registered message buffers only (R6, R7, R14)."""
+"""Send and receive at the provider level: registered message buffers only (R6, R7, R14), and the byte count of
+each message received (R9)."""
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 
@@ -71,3 +74,27 @@ def test_send_from_write_only_region_is_rejected(raw_pair: tuple[RawEnd, RawEnd]
     assert rejected(attempt(lambda: a.provider.send(a.socket, [(buf, sh)])))
     assert g.unchanged()
     assert not recv.done() or recv.wait(0).status is not Status.SUCCESS
+
+
+RING = [1, 127, 128, 40, 77]
+"""Lengths of the messages sent into one ring of 128-byte receive slots."""
+
+
+@pytest.mark.san_rule("R9")
+def test_each_receive_of_a_message_ring_reports_its_message_length(raw_pair: tuple[RawEnd, RawEnd]) -> None:
+    """R9's receive region: one registration holding a ring of equal slots, a receive posted on each slot.
+    Messages of different lengths each complete one receive, in the order posted, reporting the bytes of its own
+    message (the length a switch reads its messages by), which lie at the start of its slot; the rest of the slot
+    is untouched."""
+    a, b = raw_pair
+    slot = 128
+    ring, handle = sink(b, slot * len(RING))
+    recvs = [b.provider.recv(b.socket, [(ring.inner.view(i * slot, slot), handle)]) for i in range(len(RING))]
+    for i, n in enumerate(RING):
+        entry = source(a, bytes([0x40 + i]) * n)
+        assert succeeded(attempt(functools.partial(a.provider.send, a.socket, [entry])), n)
+    for i, (recv, n) in enumerate(zip(recvs, RING, strict=True)):
+        done = recv.wait(timeout=TIMEOUT)
+        assert done.status is Status.SUCCESS and done.bytes == n, f"message {i} of {n} bytes completed as {done}"
+        assert ring.inner.read(slot, i * slot) == bytes([0x40 + i]) * n + b"\x11" * (slot - n)
+    assert ring.intact()

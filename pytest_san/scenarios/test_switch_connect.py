@@ -18,6 +18,7 @@ import pytest
 from pytest_san import Backend, Connection, Node, Process, SanError, Switch, WsaError
 
 from .support import NEEDS_READ, TIMEOUT, fail_allocations
+from .watching import Watched, left_registered
 
 RDMA = ("register_rdma_memory", "rdma_read", "rdma_write")
 
@@ -218,12 +219,16 @@ def test_recv_of_what_was_never_sent_times_out_and_the_connection_goes_on(conn: 
 @pytest.mark.parametrize("side", [0, 1])
 @pytest.mark.parametrize("refused", [1, 3])
 @pytest.mark.parametrize("after", [0, 1], ids=["at-the-first-region", "at-the-second-region"])
-def test_a_connect_refused_at_any_registration_releases_everything(san_switch: Switch, san_backend: Backend,
-                                                                   side: int, refused: int, after: int) -> None:
+def test_a_connect_refused_at_any_registration_releases_everything(watched_switch: tuple[Switch, Watched],
+                                                                   san_backend: Backend, side: int, refused: int,
+                                                                   after: int) -> None:
     """The proxy of one end's node refuses ``refused`` allocations once ``after`` more have succeeded (capability
     ``faults``): so the end's first region is refused, or its second once the first was made (R9: two per
     connected socket, each pinned, R12). Either way the connect raises WSAENOBUFS having released every
-    registration, receive and socket it had made, and the next connect works."""
+    registration, receive and socket it had made, and the next connect works. The switch itself deregistered each
+    region no operation used before it closed the socket (R11's first clause, read from the provider calls it
+    made: closing would release them too, and hide it)."""
+    san_switch, watched = watched_switch
     faults = san_backend.faults
     assert faults is not None
     node = san_backend.nodes[side]
@@ -231,12 +236,14 @@ def test_a_connect_refused_at_any_registration_releases_everything(san_switch: S
     before = _live(san_backend)
     regions = [len(end.provider.registrations(end.socket)) for end in (first.local, first.remote)]
     fail_allocations(faults, node, refused, after)
+    made = len(watched.calls)
     try:
         with pytest.raises(SanError) as info:
             san_switch.connect()
     finally:
         faults.fail_allocations(node, 0)
     assert info.value.code is WsaError.WSAENOBUFS
+    assert left_registered(watched.calls[made:]) == []
     assert _live(san_backend) == before
     assert [len(end.provider.registrations(end.socket)) for end in (first.local, first.remote)] == regions
     _carries(first, b"the connection beside it")

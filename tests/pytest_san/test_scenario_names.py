@@ -18,6 +18,7 @@ import pytest
 import pytest_san
 import pytest_san.scenarios
 from pytest_san import batch, burst, checks, contract, protocols, switch
+from pytest_san.plugin import hookspecs
 
 SCENARIOS = Path(pytest_san.scenarios.__file__).parent
 FILES = sorted(SCENARIOS.glob("*.py"))
@@ -52,6 +53,9 @@ def allowed_names() -> set[str]:
     names |= _public(switch.Switch) | _public(pytest_san.SanError) | {"code", "message", "required_size"}
     names |= set(burst.__all__) | set(batch.__all__) | _public(batch.Later) | _public(batch.Batch)
     names |= {n for n in dir(checks) if not n.startswith("_")} | _public(checks.Check)
+    # the plugin's hooks as pytest calls them (request.config.hook.NAME): a switch a scenario makes over a backend
+    # it wrapped itself comes from pytest_san_make_switch like the fixture's
+    names |= {n for n in dir(hookspecs) if n.startswith("pytest_san_")} | {"config", "hook"}
     return names
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from hil.agent.engines.verbs.children import ChildProcess
 from hil.agent.engines.verbs.devices import device_address, select_device
 from hil.agent.engines.verbs.kernel_proxy import KernelProxy
-from hil.agent.engines.verbs.pin_witness import PinWitness
+from hil.agent.engines.verbs.pin_witness import PinWitness, vm_pin_pages
 from hil.agent.engines.verbs.proxy import PinnedProxy, host_capabilities
 from hil.agent.engines.verbs.quirks import applied, driver_of
 from hil.agent.engines.verbs.witness import KernelWitness
@@ -23,6 +23,7 @@ from hil.agent.nvme.available import nvme_fabric_child, nvme_rdma_available
 from hil.agent.observe.driver import PROGRAMS, ObservedChild, rsockets_library
 from pytest_san import checks
 from pytest_san.contract import (
+    PAGE_SIZE,
     SanError,
     Status,
     WsaError,
@@ -242,6 +243,12 @@ class VerbsProxy:
     def live_allocations(self) -> int:
         registered = sum(len(self.engine.provider.registrations(s)) for s in self.engine.open_sockets())
         return int(self.inner.live_allocations()) + registered
+
+    def pinned_bytes(self) -> int:
+        """PinnedBytesProxy: what the kernel says this node's processes hold pinned (VmPin: every MR's pages, the
+        proxy module's pins), plus the bytes of the proxy's own allocations."""
+        pages = sum(vm_pin_pages(p.pid) or 0 for p in self.engine.processes if p.alive)
+        return pages * PAGE_SIZE + self.inner.allocated_bytes()
 
 
 def host_proxy(host: str) -> KernelProxy | PinnedProxy:

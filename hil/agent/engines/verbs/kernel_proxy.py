@@ -407,6 +407,10 @@ class KernelProxy:
 
     # -- books ------------------------------------------------------------------------------------
 
+    def allocated_bytes(self) -> int:
+        """Bytes of the live allocations (P2), which no process's VmPin counts."""
+        return sum(a.length for a in self._allocations.values())
+
     def live_allocations(self) -> int:
         self._ended_pins()
         return len(self._allocations) + len(self._pins) + len(self._blocks) + \

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from hil.agent.engines.verbs.libc import MAP_HUGETLB, libc, map_anonymous
 from hil.agent.engines.verbs.physical import _touch, physical_frames, physical_runs
+from hil.agent.engines.verbs.pin_witness import vm_pin_pages
 from pytest_san.contract import (
     DO_DIRECT_IO,
     FOUR_GIB,
@@ -286,6 +287,10 @@ class PinnedProxy:
 
     # -- books ----------------------------------------------------------------------------------
 
+    def allocated_bytes(self) -> int:
+        """Bytes of the live allocations (P2), which no process's VmPin counts."""
+        return sum(a.length for a in self._allocations.values())
+
     def live_allocations(self) -> int:
         return len(self._allocations) + len(self._contiguous) + sum(1 + len(a.buffers) for a in self._adapters.values())
 
@@ -330,6 +335,8 @@ def host_capabilities(proxy: HostProxy, hello: dict[str, Any] | None = None) -> 
         if int(hello.get("max_sge_rd", 0)) >= MAX_SGE:
             caps.add("rdma_read_scatter")
     caps |= proxy.capabilities()
+    if vm_pin_pages(os.getpid()) is not None:
+        caps.add("pinned_bytes")  # the kernel counts each process's pinned pages (VmPin)
     if "contiguous" in caps:
         caps.add("dma_adapter")  # common buffers come from the same hugetlb pages
     return frozenset(caps)
