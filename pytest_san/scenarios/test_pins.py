@@ -28,7 +28,7 @@ SIZES = [  # (start in its page, length)
 def alone(end: RawEnd, start: int, length: int) -> Buffer:
     """``length`` bytes ``start`` bytes into a page, inside an allocation with a whole page on either side: no
     other registration can share a page with it."""
-    whole = end.process.alloc(start + length + 3 * P)
+    whole: Buffer = end.process.alloc(start + length + 3 * P)
     at = -whole.address % P + P + start
     return whole.view(at, length)
 
