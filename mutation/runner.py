@@ -153,6 +153,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--config", type=Path, default=CONFIG, help="the configuration (default mutation/mutmut.toml)")
     p.add_argument("--survivors", type=Path, default=SURVIVORS,
                    help="the triage file (default mutation/survivors.md)")
+    p.add_argument("--file", metavar="GLOB", action="append", default=[], dest="files",
+                   help="mutate only the files of only_mutate that match (repeatable): one file's first run")
     p.add_argument("--again", action="store_true",
                    help="in the work directory of an earlier run: run again only its surviving non-message mutants "
                         "(and those of functions changed since), against the scenarios as they are now")
@@ -199,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         names = []  # judge the whole run
     elif not args.report_only:
         sample_size = args.sample
+        if args.files:
+            table["only_mutate"] = [path for path in table.get("only_mutate", [])
+                                    if any(fnmatch.fnmatchcase(path, p) for p in args.files)]
+            if not table["only_mutate"]:
+                raise SystemExit(f"mutation: no file of only_mutate in {args.config} matches {args.files}")
         if args.changed:
             files = select.changed_files(ROOT, args.changed)
             targets = select.mutated_among(files or [], table.get("only_mutate", []))
