@@ -180,7 +180,7 @@ def test_descriptor_on_another_connection_between_same_processes(san_switch: Swi
     _intruder_rejected(b, lambda: san_switch.connect(peer=b.process, process=a.process).local, how)
 
 
-@pytest.mark.san_rule("R2")
+@pytest.mark.san_rule("R2", "R5")
 @pytest.mark.parametrize("how", INTRUSIONS)
 def test_descriptor_from_another_process_on_the_initiator_host(san_switch: Switch, conn: Connection,
                                                                how: str) -> None:
@@ -189,7 +189,7 @@ def test_descriptor_from_another_process_on_the_initiator_host(san_switch: Switc
     _intruder_rejected(b, lambda: san_switch.connect(peer=b.process, process=node.spawn_process()).local, how)
 
 
-@pytest.mark.san_rule("R2")
+@pytest.mark.san_rule("R2", "R5")
 @pytest.mark.san_requires("third_host")
 @pytest.mark.san_nodes(3)
 @pytest.mark.parametrize("how", INTRUSIONS)

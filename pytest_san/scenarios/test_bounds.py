@@ -229,3 +229,26 @@ def test_entry_one_byte_outside_its_registration_anywhere_in_a_list_is_rejected(
             entries = [(local.entry(i, *reach) if i == shape.bad else local.entry(i), handle)
                        for i, handle in enumerate(local.handles)]
             transfer_is_rejected(san_backend, a, b, kind, entries, local.unchanged, f"{kind}, {shape}")
+
+
+@pytest.mark.san_rule("R8")
+@pytest.mark.parametrize("kind", ["memory", "rdma"])
+def test_a_registration_inside_a_wider_one_keeps_its_own_bounds(raw_pair: tuple[RawEnd, RawEnd], kind: str) -> None:
+    """A provider may cache registrations and share what it pins, but a range registered inside a wider
+    registration of the same memory is bounded by what was registered: its key reaches one byte past its end
+    no more than if it were alone, though the wider registration covers that byte."""
+    a, b = raw_pair
+    if kind == "rdma":
+        target = region(b, 100, 256)
+        b.provider.register_rdma_memory(b.socket, target.whole, Access.READWRITE)
+        desc = b.provider.register_rdma_memory(b.socket, target.inner, Access.WRITE)
+        assert rejected(write_into(a, desc, b"\x99" * 2, 255))
+        assert target.unchanged()
+    else:
+        local = region(a, 100, 256, fill=0x5A)
+        a.provider.register_memory(a.socket, local.whole, Access.READWRITE)
+        handle = a.provider.register_memory(a.socket, local.inner, Access.READ)
+        sink_region, desc = window(b, 0, 64, Access.WRITE)
+        outside = local_probe("across-the-end", local)
+        assert rejected(attempt(lambda: a.provider.rdma_write(a.socket, [(outside, handle)], desc, 0)))
+        assert sink_region.unchanged()

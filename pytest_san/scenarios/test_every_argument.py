@@ -59,10 +59,31 @@ def test_every_bad_argument_alone_gets_its_answer_and_changes_nothing(san_backen
     read's second entry apart: it needs ``rdma_read_scatter``)."""
     if len(san_backend.nodes) < 2:
         pytest.skip("the world of bad arguments needs two nodes")
-    chosen = cases([call], pairs=False)
+    chosen = [c for c in cases([call], pairs=False) if not _closed(c)]
     if call in READS:
         chosen = [c for c in chosen if _second(c) == second]
     problems = run_cases(san_backend, chosen, scatter_read=second if call in READS else None)
+    assert not problems, f"{call}: {len(problems)} case(s) wrong:\n" + "\n".join(problems)
+
+
+CLOSED = ("closed", "its peer closed")
+"""The socket kinds of a connection no longer established (R4)."""
+
+
+def _closed(case: Any) -> bool:
+    return case.fault("socket") in CLOSED
+
+
+@pytest.mark.san_rule("R4", "R14")
+@pytest.mark.parametrize("call", [pytest.param(c, marks=_marks(c), id=c) for c in CALLS
+                                  if any(f.slot == "socket" and f.name in CLOSED for f in SLOTS[c])])
+def test_a_socket_no_longer_connected_takes_no_call(san_backend: Backend, call: str) -> None:
+    """R4: memory is reachable only while the connection is established, and a socket closed here, or whose peer
+    closed, takes no call of any kind: each gets the contract's answer and changes nothing."""
+    if len(san_backend.nodes) < 2:
+        pytest.skip("the world of bad arguments needs two nodes")
+    chosen = [c for c in cases([call], pairs=False) if _closed(c)]
+    problems = run_cases(san_backend, chosen, scatter_read=False if call in READS else None)
     assert not problems, f"{call}: {len(problems)} case(s) wrong:\n" + "\n".join(problems)
 
 

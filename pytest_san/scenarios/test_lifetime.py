@@ -195,9 +195,12 @@ def test_registrations_of_a_closed_socket_fail_on_sockets_made_after_it(san_back
 # -- R4: only while the connection is established --------------------------------------------------
 
 
-@pytest.mark.san_rule("R4")
+@pytest.mark.san_rule("R3", "R4")
 @pytest.mark.parametrize("closer", ["owner", "initiator"])
 def test_rdma_rejected_after_either_side_closes(conn: Connection, closer: str) -> None:
+    """Once either end closed, the peer's RDMA into the owner's window is rejected: the connection is no longer
+    established (R4), and a closed socket's registrations are released with it, so the window is no longer
+    registered (R3)."""
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.READWRITE)
     buf, handle = source(a, DATA)
@@ -343,6 +346,53 @@ def test_deregister_in_use_by_pending_operation_is_einval(conn: Connection) -> N
     live = len(b.provider.registrations(b.socket))
     expect_error(WsaError.WSAEINVAL, b.provider.deregister_memory, b.socket, handle)
     assert len(b.provider.registrations(b.socket)) == live  # still registered
+
+
+@pytest.mark.san_rule("R13", "R12")
+def test_a_refused_deregistration_leaves_the_count_as_it_was(raw_pair: tuple[RawEnd, RawEnd]) -> None:
+    """A deregistration refused because a pending receive uses the handle (WSAEINVAL) counts for nothing: of two
+    registrations of one buffer (one handle or two), once the receive completes, the first deregistration leaves
+    the memory registered, still taking a message, and only the second ends it and its pins."""
+    a, b = raw_pair
+    before = b.proxy.live_allocations()
+    g, first = sink(b, 256)
+    second = b.provider.register_memory(b.socket, g.inner, Access.WRITE)
+    pending = b.provider.recv(b.socket, [(g.inner, first)])
+    expect_error(WsaError.WSAEINVAL, b.provider.deregister_memory, b.socket, first)
+    sent = source(a, b"\x61" * 10)
+    assert succeeded(attempt(functools.partial(a.provider.send, a.socket, [sent])), 10)
+    assert pending.wait(timeout=TIMEOUT).bytes == 10
+    b.provider.deregister_memory(b.socket, first)
+    assert [r.length for r in b.provider.registrations(b.socket) if r.address == g.inner.address] == [256], \
+        "the refused deregistration counted: the first one that worked ended both registrations"
+    again = b.provider.recv(b.socket, [(g.inner, second)])
+    sent = source(a, b"\x62" * 20)
+    assert succeeded(attempt(functools.partial(a.provider.send, a.socket, [sent])), 20)
+    done = again.wait(timeout=TIMEOUT)
+    assert done.status is Status.SUCCESS and done.bytes == 20 and g.inner.read(20) == b"\x62" * 20
+    b.provider.deregister_memory(b.socket, second)
+    expect_error(WsaError.WSAEINVAL, b.provider.deregister_memory, b.socket, second)
+    assert all(r.address != g.inner.address for r in b.provider.registrations(b.socket))
+    assert b.proxy.live_allocations() == before
+
+
+@pytest.mark.san_rule("R3")
+def test_a_deregistration_that_returns_ends_its_handle_at_once(raw_pair: tuple[RawEnd, RawEnd]) -> None:
+    """A deregistration is refused (WSAEINVAL, R13: a pending receive uses the handle) or it ends the handle at
+    once: never accepted now and carried out once the receive completes. If it returned while the receive is
+    still pending, an RDMA write from the handle is rejected and moves nothing."""
+    a, b = raw_pair
+    g, handle = sink(b, 256, Access.READWRITE)
+    pending = b.provider.recv(b.socket, [(g.inner, handle)])
+    try:
+        b.provider.deregister_memory(b.socket, handle)
+    except SanError:
+        return  # refused, as R13 wants (its scenarios judge the code): nothing ended
+    assert not pending.done()
+    target, desc = window(a, 256, Access.WRITE)
+    assert rejected(attempt(lambda: b.provider.rdma_write(b.socket, [(g.inner, handle)], desc, 0))), \
+        "a deregistration returned, yet its handle still moved bytes"
+    assert target.unchanged()
 
 
 @dataclasses.dataclass(frozen=True)

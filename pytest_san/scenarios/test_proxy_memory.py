@@ -24,8 +24,8 @@ from .test_proxy import free_all, nolowmem
 P = PAGE_SIZE
 # (bytes, offset in the first page): a byte, a page, an unaligned buffer over several pages, one past 64 KiB
 PIN_SHAPES = ((1, 5), (P, 0), (3 * P + 100, 17), (64 * 1024 + 17, P - 5))
-PRESSURE_CHUNK = 4 << 20
-PRESSURE_LIMIT = 1 << 30  # a bigger host is not drained: it keeps the scenario's cost bounded
+PRESSURE_CHUNK = 16 << 20
+PRESSURE_LIMIT = 3 << 30  # a bigger host is not drained: it keeps the scenario's cost bounded
 
 
 def direct(proxy: Proxy) -> DirectIoProxy:
@@ -191,7 +191,8 @@ def test_a_contiguous_block_is_mapped_with_its_cache_type(san_proxy: Proxy, cach
 @pytest.mark.san_requires("nolowmem", "physical_addresses")
 def test_nolowmem_holds_while_memory_above_4_gib_runs_short(san_proxy: Proxy) -> None:
     """Under NOLOWMEM ordinary allocations never fall back below 4 GiB, not even once the memory above it runs
-    short: the proxy refuses (WSAENOBUFS) instead. Allocates 4 MiB at a time until refused, or up to 1 GiB."""
+    short: the proxy refuses (WSAENOBUFS) instead. Allocates 16 MiB at a time until refused, or up to 3 GiB
+    (past what many a host has above 4 GiB: a fallback shows only once that runs out)."""
     held: list[Allocation] = []
     with nolowmem(san_proxy):
         try:
@@ -202,7 +203,7 @@ def test_nolowmem_holds_while_memory_above_4_gib_runs_short(san_proxy: Proxy) ->
                     assert err.code is WsaError.WSAENOBUFS, f"allocation {len(held) + 1} under NOLOWMEM: {err}"
                     break
                 low = [run for run in held[-1].physical_runs if run[0] < FOUR_GIB]
-                assert not low, f"NOLOWMEM, yet allocation {len(held)} ({len(held) * 4} MiB in) is below 4 GiB " \
+                assert not low, f"NOLOWMEM, yet allocation {len(held)} ({len(held) * 16} MiB in) is below 4 GiB " \
                                 f"at {low[0][0]:#x}"
         finally:
             free_all(san_proxy, held)
