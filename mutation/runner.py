@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +56,14 @@ def mutmut_pyproject(table: dict[str, Any]) -> str:
     return "[tool.mutmut]\n" + "".join(f"{key} = {_toml_value(value)}\n" for key, value in table.items())
 
 
-def prepare(work: Path, table: dict[str, Any], fresh: bool) -> None:
-    """The work directory: mutmut's config, and the package it copies (a link to the checkout's)."""
+def prepare(work: Path, table: dict[str, Any], fresh: bool, links: Sequence[str] = ()) -> None:
+    """The work directory: mutmut's config, and the package it copies (a link to the checkout's), with ``links``
+    (more of the checkout's folders: ``tests``, which mutmut copies beside the mutants)."""
     work.mkdir(parents=True, exist_ok=True)
     if fresh and (work / "mutants").exists():
         shutil.rmtree(work / "mutants")
     (work / "pyproject.toml").write_text(mutmut_pyproject(table), encoding="utf-8")
-    for source in table.get("source_paths", []):
+    for source in [*table.get("source_paths", []), *links]:
         link = work / source
         if not link.is_symlink():
             if link.exists():
@@ -127,12 +129,26 @@ def run_all_for(stats: dict[str, Any], patterns: list[str]) -> int:
     return widened
 
 
-def widen(work: Path, together: list[str], everything_for: list[str]) -> None:
+def keep_to(stats: dict[str, Any], only_for: dict[str, str]) -> int:
+    """Tests that judge one file's code alone: each test matching a key of ``only_for`` is kept only for the
+    functions matching its value (the batch API's unit tests for ``pytest_san.batch``: they would kill the
+    emulator's mutants too, which the conformance run alone is to judge). Returns how many functions lost tests."""
+    narrowed = 0
+    for function, tests in stats["tests_by_mangled_function_name"].items():
+        kept = [t for t in tests if all(not fnmatch.fnmatchcase(t, test) or fnmatch.fnmatchcase(function, code)
+                                        for test, code in only_for.items())]
+        if len(kept) < len(tests):
+            tests[:] = kept
+            narrowed += 1
+    return narrowed
+
+
+def widen(work: Path, together: list[str], everything_for: list[str], only_for: dict[str, str]) -> None:
     path = work / "mutants" / "mutmut-stats.json"
     if not path.exists():
         return
     stats = json.loads(path.read_text(encoding="utf-8"))
-    if run_together(stats, together) + run_all_for(stats, everything_for):
+    if run_together(stats, together) + run_all_for(stats, everything_for) + keep_to(stats, only_for):
         path.write_text(json.dumps(stats, indent=1), encoding="utf-8")
 
 
@@ -175,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     table = dict(config["mutmut"])
     ours = dict(config["san-mutation"])
     together, everything_for = ours.pop("run_together", []), ours.pop("run_all_tests_for", [])
+    links, only_for = ours.pop("links", []), ours.pop("only_for", {})
+    if not isinstance(links, list) or not all(isinstance(p, str) for p in links):
+        raise SystemExit(f"mutation: {args.config}: [tool.san-mutation] links must be a list of strings")
+    if not isinstance(only_for, dict) or not all(isinstance(v, str) for v in only_for.values()):
+        raise SystemExit(f"mutation: {args.config}: [tool.san-mutation] only_for must map test patterns to "
+                         f"function patterns")
     for key, value in (("run_together", together), ("run_all_tests_for", everything_for)):
         if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
             raise SystemExit(f"mutation: {args.config}: [tool.san-mutation] {key} must be a list of strings")
@@ -183,12 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     names: list[str] = []
     if args.again and not args.report_only:
-        prepare(args.work, table, fresh=False)
+        prepare(args.work, table, fresh=False, links=links)
         # mutmut's record of which test reaches which function, made anew: code changed since (a new
         # function) is reached by tests the old record does not know of. The verdicts are kept.
         (args.work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         generate(args.work, args.max_children)  # the scenarios copied afresh, changed functions' mutants remade
-        widen(args.work, together, everything_for)
+        widen(args.work, together, everything_for, only_for)
         names = [m.name for m in results.read_run(args.work / "mutants", rules)
                  if not m.message_only and m.status in (results.SURVIVED, results.NOT_RUN)
                  and (not args.only or any(fnmatch.fnmatchcase(m.name, p) for p in args.only))]
@@ -218,9 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                 table["only_mutate"] = targets
             # The changed files' mutants up to --budget; none changed: --sample of them all (300 by default).
             sample_size = args.budget if targets else (300 if args.sample is None else args.sample)
-        prepare(args.work, table, fresh=True)
+        prepare(args.work, table, fresh=True, links=links)
         pool = generate(args.work, args.max_children)
-        widen(args.work, together, everything_for)
+        widen(args.work, together, everything_for, only_for)
         if sample_size is not None:
             names = select.sample(pool, sample_size, args.seed)
             print(f"mutation: {len(names)} of {len(pool)} mutants (seed {args.seed})")

@@ -216,9 +216,12 @@ class World:
         self.dst.write(bytes(range(101, 101 + BUF)))
         self.sa, self.sb = backend.connect_sockets(self.pa, self.pb)
         self.sc, closed_peer = backend.connect_sockets(self.pa, self.pb)
+        self.sd, gone = backend.connect_sockets(self.pa, self.pb)
+        for used in (self.sc, self.sd):  # used before it closed: nothing it answered then may answer for it after
+            for option in (SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE):
+                self.provider.getsockopt(used, option)
         self.provider.close_socket(self.sc)
         self.peer.close_socket(closed_peer)
-        self.sd, gone = backend.connect_sockets(self.pa, self.pb)
         self.peer.close_socket(gone)
         self.sq, self.sq_peer = backend.connect_sockets(self.pa, self.pb)
         self.so, self.so_peer = backend.connect_sockets(self.pa, self.pb)

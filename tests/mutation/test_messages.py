@@ -133,9 +133,22 @@ def test_the_projects_configuration_parses() -> None:
     ours = dict(config["san-mutation"])
     assert ours.pop("run_together") == ["pytest_san/scenarios/test_model.py::*"]
     assert ours.pop("run_all_tests_for") == ["*ǁ__init__"]
+    assert ours.pop("links") == ["tests"]
+    assert ours.pop("only_for") == {"tests/pytest_san/test_batch.py::*": "pytest_san.batch.*"}
     rules = MessageRules.from_table(ours)
     assert "SanError 1:" in rules.message_calls
-    assert config["mutmut"]["pytest_add_cli_args_test_selection"] == ["--pyargs", "pytest_san.scenarios"]
+    assert config["mutmut"]["pytest_add_cli_args_test_selection"] == ["--pyargs", "pytest_san.scenarios",
+                                                                      "tests/pytest_san/test_batch.py"]
+
+
+def test_the_example_switchs_configuration_parses() -> None:
+    from mutation.runner import HERE, load_config
+
+    pytest.importorskip("tomllib", reason="Python 3.11+ (on 3.10 the runner reads TOML with mutmut's toml)")
+    config = load_config(HERE / "example_switch.toml")
+    assert config["mutmut"]["only_mutate"] == ["pytest_san/examples/simple_switch/*.py"]
+    assert config["mutmut"]["pytest_add_cli_args"][:2] == ["-p", "pytest_san.mutants.legal.switch_simple"]
+    MessageRules.from_table({k: v for k, v in config["san-mutation"].items() if k != "run_all_tests_for"})
 
 
 def test_under_a_message_name_only_strings_are_messages() -> None:

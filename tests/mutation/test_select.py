@@ -84,3 +84,16 @@ def test_the_constructors_mutants_get_every_test() -> None:
     assert run_all_for(stats, ["*ǁ__init__"]) == 1
     assert stats["tests_by_mangled_function_name"] == {"m.xǁProxyǁ__init__": ["t1", "t2", "t3"],
                                                        "m.xǁProxyǁfree": ["t2"]}
+
+
+def test_a_files_own_tests_are_kept_to_its_functions() -> None:
+    from mutation.runner import keep_to
+
+    unit = "tests/pytest_san/test_batch.py::test_x"
+    stats: dict[str, Any] = {"tests_by_mangled_function_name": {
+        "pytest_san.batch.x_resolve": [unit, "s::a"], "pytest_san.emulator.provider.x_send": ["s::a", unit]}}
+    only = {"tests/pytest_san/test_batch.py::*": "pytest_san.batch.*"}
+    assert keep_to(stats, only) == 1
+    assert stats["tests_by_mangled_function_name"] == {"pytest_san.batch.x_resolve": [unit, "s::a"],
+                                                       "pytest_san.emulator.provider.x_send": ["s::a"]}
+    assert keep_to(stats, only) == 0
