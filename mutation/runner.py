@@ -202,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"mutation: {args.config}: [tool.san-mutation] {key} must be a list of strings")
     rules = MessageRules.from_table(ours, f"{args.config}: [tool.san-mutation]")
     survivors = triage.load(args.survivors)  # malformed: fail before the long part
+    if args.files:
+        table["only_mutate"] = [path for path in table.get("only_mutate", [])
+                                if any(fnmatch.fnmatchcase(path, p) for p in args.files)]
+        if not table["only_mutate"]:
+            raise SystemExit(f"mutation: no file of only_mutate in {args.config} matches {args.files}")
     started = time.monotonic()
     names: list[str] = []
     if args.again and not args.report_only:
@@ -223,11 +228,6 @@ def main(argv: list[str] | None = None) -> int:
         names = []  # judge the whole run
     elif not args.report_only:
         sample_size = args.sample
-        if args.files:
-            table["only_mutate"] = [path for path in table.get("only_mutate", [])
-                                    if any(fnmatch.fnmatchcase(path, p) for p in args.files)]
-            if not table["only_mutate"]:
-                raise SystemExit(f"mutation: no file of only_mutate in {args.config} matches {args.files}")
         if args.changed:
             files = select.changed_files(ROOT, args.changed)
             targets = select.mutated_among(files or [], table.get("only_mutate", []))

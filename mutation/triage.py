@@ -138,7 +138,11 @@ def add_untriaged(text: str, new: Iterable[NewEntry]) -> str:
     """``text`` (a survivors.md) with an *untriaged* entry for each of ``new``, under its file's heading (made
     at the end when missing)."""
     lines = text.splitlines()
+    seen: set[tuple[str, str, str]] = set()
     for item in new:
+        if (item.path, item.function, item.hash) in seen:
+            continue  # two mutants that change the same lines the same way share one key, and one entry
+        seen.add((item.path, item.function, item.hash))
         entry = [f"- `{item.function}` `{item.hash}` **untriaged**", f"  {item.change}"]
         heading = f"## {item.path}"
         if heading not in lines:

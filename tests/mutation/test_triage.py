@@ -81,6 +81,14 @@ def test_untriaged_entries_go_under_their_files_heading() -> None:
     assert lines.index("- `g` `bbbbbbbb` **untriaged**") < lines.index("## pytest_san/checks.py")
 
 
+def test_two_mutants_with_one_key_get_one_entry() -> None:
+    """Two mutants that change the same lines the same way share their key: one entry, which the parser takes
+    (it refuses a key given twice). Found triaging the example switch (issue 37)."""
+    same = NewEntry("pytest_san/switch/endpoint.py", "h", "cccccccc", "`c` -> `d`")
+    entries = parse(add_untriaged(SURVIVORS, [same, same]))
+    assert entries[("pytest_san/switch/endpoint.py", "h", "cccccccc")].status == "untriaged"
+
+
 def mutant(function: str, key: str, status: str, message_only: bool = False,
            path: str = "pytest_san/emulator/proxy.py") -> Mutant:
     return Mutant(f"m.{function}.{key}", path, function, status, message_only, key, "")

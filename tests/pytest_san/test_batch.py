@@ -179,3 +179,82 @@ def test_a_wait_after_a_call_that_returned_is_made(backend: Any) -> None:
     assert read.value == b"12345678"
     assert [c.after for c in bt.calls] == [0, 0, 2], "the read follows both calls before the barrier"
     pa.close_socket(a)
+
+
+class OneByOne:
+    """A backend with ``Batching`` that makes a batch's calls in turn when it ends, as hil makes calls it cannot send
+    together: so ``Later.ref`` is a stand-in (``Ref``) until then, to be resolved wherever an argument holds it."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def make_together(self, calls: Any) -> list[Any]:
+        self.batches.append(len(calls))
+        return made_one_by_one(calls)
+
+
+def _echo(*args: object, **kwargs: object) -> tuple[tuple[object, ...], dict[str, object]]:
+    return args, kwargs
+
+
+def _number(text: str) -> int:
+    return int(text)
+
+
+def test_refs_in_tuples_lists_and_keywords_are_resolved_when_made_together() -> None:
+    """With ``Batching`` a call is made when the block ends, not when it is added; an earlier call's ``ref``
+    anywhere in a tuple, a list or a keyword argument is replaced by what that call returned (a list stays a list,
+    a tuple a tuple), and a call naming a failed one there fails the same."""
+    made: list[str] = []
+
+    def record(value: str) -> str:
+        made.append(value)
+        return value
+
+    backend = OneByOne()
+    with batch(backend) as bt:
+        word = bt.call(record, "ab")
+        assert made == [], "with Batching, a call is made when the block ends"
+        bad = bt.call(_number, "x")
+        both = bt.call(_echo, (word.ref, 1), [2, word.ref], key=word.ref, n=3)
+        plain = bt.call(_echo, 1, key="k")
+        failed = bt.call(_echo, (1, bad.ref))
+        failed_by_name = bt.call(_echo, key=[bad.ref, 2])
+    assert made == ["ab"] and backend.batches == [6]
+    assert both.value == ((("ab", 1), [2, "ab"]), {"key": "ab", "n": 3})
+    assert plain.value == ((1,), {"key": "k"})
+    assert isinstance(bad.error, ValueError)
+    assert failed.error is bad.error and failed_by_name.error is bad.error
+
+
+def test_done_ahead_asks_a_batching_backend_together() -> None:
+    """``done_ahead``: every operation's ``done`` asked in one batch (on a lab one round trip)."""
+
+    class Op:
+        def __init__(self, done: bool) -> None:
+            self._done = done
+
+        def done(self) -> bool:
+            return self._done
+
+    backend = OneByOne()
+    ops = [Op(True), Op(False)]
+    answered = done_ahead(backend, ops)  # type: ignore[arg-type]  # stand-ins with done() alone
+    assert backend.batches == [2]
+    assert answered == {id(ops[0]): True, id(ops[1]): False}
+
+
+def test_wait_for_waits_with_the_timeout_it_is_given() -> None:
+    """``wait_for(op, timeout)`` is ``op.wait(timeout)``."""
+
+    class Op:
+        def __init__(self) -> None:
+            self.timeouts: list[float | None] = []
+
+        def wait(self, timeout: float | None = 10.0) -> str:
+            self.timeouts.append(timeout)
+            return "completion"
+
+    op = Op()
+    got: object = wait_for(op, 0.25)  # type: ignore[arg-type]  # a stand-in with wait() alone
+    assert got == "completion" and op.timeouts == [0.25]
