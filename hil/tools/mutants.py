@@ -95,11 +95,6 @@ def failed_rules(data: Mapping[str, Any]) -> set[str]:
     return {rule for rule, count in data.get("rules", {}).items() if count.get("failed")}
 
 
-def exercised_rules(data: Mapping[str, Any]) -> set[str]:
-    """Rules at least one scenario ran for (passed or failed), rather than skipped."""
-    return {rule for rule, count in data.get("rules", {}).items() if count.get("passed") or count.get("failed")}
-
-
 def skipped_rules(data: Mapping[str, Any]) -> set[str]:
     """Rules whose every scenario was skipped (for a missing capability: ``san_requires``)."""
     return {rule for rule, count in data.get("rules", {}).items()

@@ -55,7 +55,3 @@ def messages(kind: Kind, payload: bytes, room: int) -> list[Message]:
 
 def src_avail(length: int, descriptor: bytes, room: int) -> list[Message]:
     return messages(Kind.SRC_AVAIL, LENGTH.pack(length) + descriptor, room)
-
-
-def parse_src_avail(msg: Message) -> tuple[int, bytes]:
-    return LENGTH.unpack_from(msg.payload)[0], msg.payload[LENGTH.size:]
