@@ -11,9 +11,12 @@ pinned while it lives and after it ends.
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from pytest_san import PAGE_SIZE, Access, Buffer
+from pytest_san.protocols import DirectIoProxy
 
 from .support import RawEnd
 
@@ -80,4 +83,18 @@ def test_registrations_of_one_buffer_pin_it_until_the_last_ends(raw_pair: tuple[
     a.provider.deregister_memory(a.socket, first)
     assert a.proxy.pinned_bytes() - before >= buffer.length, "the first deregistration unpinned the second's pages"
     a.provider.deregister_rdma_memory(a.socket, second)
+    assert a.proxy.pinned_bytes() == before
+
+
+@pytest.mark.san_rule("R12", "P1")
+@pytest.mark.san_requires("pinned_bytes", "direct_io")
+def test_a_direct_io_pin_is_pinned_bytes_until_it_is_freed(raw_pair: tuple[RawEnd, RawEnd]) -> None:
+    """The proxy's own pins of a buffer's pages (``DirectIoProxy.pin``, P1) are pinned bytes as a registration's
+    are: at least the buffer's bytes while the pin lives, and nothing once it is freed."""
+    a, _ = raw_pair
+    buffer = alone(a, 100, 3 * P)
+    before = a.proxy.pinned_bytes()
+    pin = cast(DirectIoProxy, a.proxy).pin(buffer)
+    assert a.proxy.pinned_bytes() - before >= buffer.length
+    a.proxy.free(pin)
     assert a.proxy.pinned_bytes() == before
