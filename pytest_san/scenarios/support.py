@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import pytest
 
 from pytest_san import (
+    PAGE_SIZE,
     Access,
     Backend,
     Buffer,
@@ -63,6 +64,13 @@ class Guarded:
     def unchanged(self) -> bool:
         """Guards intact and the inner bytes still the fill pattern."""
         return self.intact() and self.inner.read() == bytes([self.fill]) * self.inner.length
+
+
+def page_apart(endpoint: End, start: int, length: int) -> tuple[Buffer, int]:
+    """(an allocation, where in it) ``length`` bytes lie ``start`` bytes into a page, with a whole page of the
+    allocation before that page and one or more after the last: no other allocation shares a page with them."""
+    whole = endpoint.process.alloc(start + length + 3 * PAGE_SIZE)
+    return whole, -whole.address % PAGE_SIZE + PAGE_SIZE + start
 
 
 def guarded(endpoint: End, nbytes: int, fill: int = 0x00) -> Guarded:

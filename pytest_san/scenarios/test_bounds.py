@@ -25,6 +25,7 @@ from .support import (
     attempt,
     fresh_pair,
     lay_out,
+    page_apart,
     read_from,
     receive,
     rejected,
@@ -65,8 +66,7 @@ class Region:
 
 
 def region(end: RawEnd, start: int, length: int, fill: int = 0x22) -> Region:
-    whole = end.process.alloc(start + length + 3 * P)
-    at = -whole.address % P + P + start  # a whole page of guards before the region's page, one or more after
+    whole, at = page_apart(end, start, length)  # a whole page of guards before the region's page, one or more after
     whole.write(bytes([GUARD_BYTE]) * at + bytes([fill]) * length + bytes([GUARD_BYTE]) * (whole.length - at - length))
     return Region(whole, whole.view(at, length), at, fill)
 

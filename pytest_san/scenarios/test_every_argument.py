@@ -57,12 +57,17 @@ def test_every_bad_argument_alone_gets_its_answer_and_changes_nothing(san_backen
                                                                       second: bool) -> None:
     """Each fault ``KINDS`` generates for this call, alone: the answer of its check, and nothing changed (an RDMA
     read's second entry apart: it needs ``rdma_read_scatter``)."""
-    if len(san_backend.nodes) < 2:
-        pytest.skip("the world of bad arguments needs two nodes")
     chosen = [c for c in cases([call], pairs=False) if not _closed(c)]
     if call in READS:
         chosen = [c for c in chosen if _second(c) == second]
-    problems = run_cases(san_backend, chosen, scatter_read=second if call in READS else None)
+    _judge(san_backend, call, chosen, scatter_read=second if call in READS else None)
+
+
+def _judge(backend: Backend, call: str, chosen: list[Any], scatter_read: bool | None) -> None:
+    """Make ``chosen`` (cases of ``call``) in the world of bad arguments: each must get its answer, change nothing."""
+    if len(backend.nodes) < 2:
+        pytest.skip("the world of bad arguments needs two nodes")
+    problems = run_cases(backend, chosen, scatter_read=scatter_read)
     assert not problems, f"{call}: {len(problems)} case(s) wrong:\n" + "\n".join(problems)
 
 
@@ -80,11 +85,8 @@ def _closed(case: Any) -> bool:
 def test_a_socket_no_longer_connected_takes_no_call(san_backend: Backend, call: str) -> None:
     """R4: memory is reachable only while the connection is established, and a socket closed here, or whose peer
     closed, takes no call of any kind: each gets the contract's answer and changes nothing."""
-    if len(san_backend.nodes) < 2:
-        pytest.skip("the world of bad arguments needs two nodes")
-    chosen = [c for c in cases([call], pairs=False) if _closed(c)]
-    problems = run_cases(san_backend, chosen, scatter_read=False if call in READS else None)
-    assert not problems, f"{call}: {len(problems)} case(s) wrong:\n" + "\n".join(problems)
+    _judge(san_backend, call, [c for c in cases([call], pairs=False) if _closed(c)],
+           scatter_read=False if call in READS else None)
 
 
 def _after_call() -> list[Any]:

@@ -18,7 +18,7 @@ import pytest
 from pytest_san import PAGE_SIZE, Access, Buffer
 from pytest_san.protocols import DirectIoProxy
 
-from .support import RawEnd
+from .support import RawEnd, page_apart
 
 P = PAGE_SIZE
 SIZES = [  # (start in its page, length)
@@ -31,8 +31,7 @@ SIZES = [  # (start in its page, length)
 def alone(end: RawEnd, start: int, length: int) -> Buffer:
     """``length`` bytes ``start`` bytes into a page, inside an allocation with a whole page on either side: no
     other registration can share a page with it."""
-    whole: Buffer = end.process.alloc(start + length + 3 * P)
-    at = -whole.address % P + P + start
+    whole, at = page_apart(end, start, length)
     return whole.view(at, length)
 
 

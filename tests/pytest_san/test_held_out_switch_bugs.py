@@ -60,8 +60,6 @@ PLUGINS = {"auto_asks_the_senders_provider": [MIXED]}
 """Plugins a bug runs with besides its own."""
 ONLY = {"last_byte_of_a_full_message_lost": ["[0]", "[3]"]}
 """Cases of the catcher to run instead of its module: the others wait 30 s each for bytes the bug lost."""
-NOT_CAUGHT: dict[str, str] = {}
-"""Bugs the suite is known not to catch (a strict xfail each): none now."""
 LEGAL = ["small_rdma_pieces", "power_of_two_ring", "eager_credit_returns"]
 FAILED = re.compile(r"^FAILED (\S+)", re.MULTILINE)
 
@@ -94,12 +92,7 @@ def test_every_held_out_switch_is_run_here_and_says_what_it_breaks() -> None:
         assert all(re.search(rf"\b{rule}\b", module.__doc__) for rule in breaks), f"{name}'s docstring: {breaks}"
 
 
-def _bug(name: str) -> Any:
-    marks = [pytest.mark.xfail(strict=True, reason=NOT_CAUGHT[name])] if name in NOT_CAUGHT else []
-    return pytest.param(name, BUGS[name], marks=marks, id=name)
-
-
-@pytest.mark.parametrize(("name", "catcher"), [_bug(name) for name in sorted(BUGS)])
+@pytest.mark.parametrize(("name", "catcher"), sorted(BUGS.items()), ids=sorted(BUGS))
 def test_a_held_out_switch_bug_is_caught_under_a_rule_it_breaks(pytester: pytest.Pytester,
                                                                 monkeypatch: pytest.MonkeyPatch, name: str,
                                                                 catcher: str) -> None:
