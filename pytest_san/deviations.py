@@ -6,10 +6,10 @@ pytest-san's. A provider, proxy, switch or backend declares a ``Deviation`` (thr
 that the deviation names then fails *as declared*: the verdict counts it ``deviating``, apart from
 failures. A declared deviation that such a test no longer shows is reported, as a strict xfail that passed.
 
-Beside them the verdict lists the other known differences, which never decide a test's outcome
-(``KnownDifference``): a kernel workaround the verbs engine applies on one of the run's hosts, and a documented
-alternative of the reference model (pytest_san/model/alternatives.py) in effect for the backend it judged.
-Each entry of the report's ``"deviations"`` says which it is (``"kind"``).
+Beside them the verdict lists the other known differences, which never decide a test's outcome (the same
+type, made by ``Deviation.known``): a kernel workaround the verbs engine applies on one of the run's hosts, and
+a documented alternative of the reference model (pytest_san/model/alternatives.py) in effect for the backend it
+judged. Each entry of the report's ``"deviations"`` says which it is (``"kind"``).
 
 Kept free of pytest, like ``report.py``.
 """
@@ -32,7 +32,13 @@ KINDS: tuple[Kind, ...] = ("declared", "workaround", "alternative")
 @dataclasses.dataclass(frozen=True)
 class Deviation:
     """``rule`` is broken by ``implementation`` in the way ``what`` says, for the reason ``why``; ``tests``
-    are the tests it explains (fnmatch patterns over a test's id or its name without the parameters)."""
+    are the tests it explains (fnmatch patterns over a test's id or its name without the parameters).
+
+    That is a declared deviation (``kind`` "declared"). The same type holds the known differences the verdict
+    lists beside them, which explain no test (``tests`` empty; made by ``Deviation.known``): a kernel workaround
+    ("workaround": ``what`` the kernel does without it, ``instead`` what the engine does, ``hosts`` where it is
+    applied) or a documented alternative of the model ("alternative": ``what`` is the case, ``instead`` what is
+    accepted there besides the emulator's answer, ``because`` why)."""
 
     rule: str
     implementation: str
@@ -40,23 +46,41 @@ class Deviation:
     why: Why
     tests: tuple[str, ...]
     reproducer: str | None = None  # a command that shows it (a kernel bug has one)
+    kind: Kind = "declared"
+    name: str | None = None  # a known difference's: the workaround's (quirks.py) or the alternative's id
+    instead: str | None = None
+    because: str | None = None
+    hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def known(cls, kind: Literal["workaround", "alternative"], name: str, rule: str, implementation: str,
+              what: str, instead: str, why: Why, reproducer: str | None = None, because: str | None = None,
+              hosts: Iterable[str] = ()) -> Deviation:
+        """A known difference: listed in the verdict, deciding no test's outcome."""
+        return cls(rule, implementation, what, why, (), reproducer, kind, name, instead, because, tuple(hosts))
 
     def __post_init__(self) -> None:
+        declared = self.kind == "declared"
+        label = f"deviation {self.what!r}" if declared else f"{self.kind} {self.name!r}"
+        if self.kind not in KINDS:
+            raise ValueError(f"{label}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if not is_rule_id(self.rule):
-            raise ValueError(f"deviation {self.what!r}: rule {self.rule!r} is not a rule id (R1..R14, P1..P5)")
-        for name in ("implementation", "what"):
+            raise ValueError(f"{label}: rule {self.rule!r} is not a rule id (R1..R14, P1..P5)")
+        for name in ("implementation", "what") if declared else ("name", "implementation", "what", "instead"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
-                raise ValueError(f"deviation of {self.rule}: {name} must be a non-empty text, "
+                raise ValueError(f"{label} of {self.rule}: {name} must be a non-empty text, "
                                  f"not {getattr(self, name)!r}")
         if self.why not in WHYS:
-            raise ValueError(f"deviation of {self.rule} ({self.what}): why {self.why!r} is not one of "
-                             f"{', '.join(WHYS)}")
+            raise ValueError(f"{label} of {self.rule}: why {self.why!r} is not one of {', '.join(WHYS)}")
         tests: object = self.tests
-        if not isinstance(tests, tuple) or not tests or not all(isinstance(t, str) and t for t in tests):
-            raise ValueError(f"deviation of {self.rule} ({self.what}): tests must name the tests it explains "
-                             f"(a tuple of patterns), not {self.tests!r}")
+        if not declared and tests != ():
+            raise ValueError(f"{label}: a known difference explains no test, so names none, not {tests!r}")
+        if declared and (not isinstance(tests, tuple) or not tests
+                         or not all(isinstance(t, str) and t for t in tests)):
+            raise ValueError(f"{label} of {self.rule}: tests must name the tests it explains (a tuple of "
+                             f"patterns), not {self.tests!r}")
         if self.why == "kernel-bug" and not self.reproducer:
-            raise ValueError(f"deviation of {self.rule} ({self.what}): a kernel bug needs its reproducer")
+            raise ValueError(f"{label} of {self.rule}: a kernel bug needs its reproducer")
 
     def explains(self, nodeid: str, rules: Iterable[str]) -> bool:
         """Whether a test of ``rules`` with this id is one this deviation is declared for."""
@@ -67,42 +91,10 @@ class Deviation:
         return any(fnmatch.fnmatchcase(text, pattern) for pattern in self.tests for text in (nodeid, name, bare))
 
     def to_dict(self, observed: bool) -> dict[str, Any]:
-        return {"kind": "declared", "rule": self.rule, "implementation": self.implementation, "what": self.what,
-                "why": self.why, "reproducer": self.reproducer, "tests": list(self.tests), "observed": observed}
-
-
-@dataclasses.dataclass(frozen=True)
-class KnownDifference:
-    """A difference the verdict lists beside the declared deviations, never turning a test's outcome: a kernel
-    workaround (``kind`` "workaround": ``what`` the kernel does without it, ``instead`` what the engine does,
-    ``hosts`` where it is applied) or a documented alternative of the model ("alternative": ``what`` is the
-    case, ``instead`` what is accepted there besides the emulator's answer, ``because`` why)."""
-
-    kind: Literal["workaround", "alternative"]
-    name: str  # the workaround's name (quirks.py) or the alternative's id (alternatives.py)
-    rule: str  # the rule the difference bears on (the one its absence would break, or that allows it)
-    implementation: str
-    what: str
-    instead: str
-    why: Why
-    reproducer: str | None = None
-    because: str | None = None
-    hosts: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("workaround", "alternative"):
-            raise ValueError(f"known difference {self.name!r}: kind {self.kind!r} is not workaround or alternative")
-        if not is_rule_id(self.rule):
-            raise ValueError(f"known difference {self.name!r}: rule {self.rule!r} is not a rule id (R1..R14, P1..P5)")
-        if self.why not in WHYS:
-            raise ValueError(f"known difference {self.name!r}: why {self.why!r} is not one of {', '.join(WHYS)}")
-
-    def to_dict(self, observed: bool) -> dict[str, Any]:
-        """As the report's ``"deviations"`` holds it: SPEC 5.1's fields (``tests`` empty: it explains no test's
-        failure), then its own."""
-        return {"kind": self.kind, "rule": self.rule, "implementation": self.implementation, "what": self.what,
-                "why": self.why, "reproducer": self.reproducer, "tests": [], "observed": observed,
-                "name": self.name, "instead": self.instead, "because": self.because, "hosts": list(self.hosts)}
+        """As the report's ``"deviations"`` holds it: every field (JSON's lists for the tuples), and
+        ``observed``."""
+        return {**dataclasses.asdict(self), "tests": list(self.tests), "hosts": list(self.hosts),
+                "observed": observed}
 
 
 @runtime_checkable
@@ -110,7 +102,7 @@ class ReportsDifferences(Protocol):
     """A backend that knows differences of its own to list in the verdict (the hil backend: the kernel
     workarounds its hosts' engines apply). Each is in effect, so observed, on this run."""
 
-    def known_differences(self) -> Iterable[KnownDifference]: ...
+    def known_differences(self) -> Iterable[Deviation]: ...
 
 
 @runtime_checkable
@@ -120,15 +112,16 @@ class DeclaresDeviations(Protocol):
     def deviations(self) -> Iterable[Deviation]: ...
 
 
-def differences_of(*objects: object) -> list[KnownDifference]:
-    """What each object that ``ReportsDifferences`` lists, checked as ``deviations_of`` checks."""
-    found: list[KnownDifference] = []
+def differences_of(*objects: object) -> list[Deviation]:
+    """What each object that ``ReportsDifferences`` lists, checked as ``deviations_of`` checks (each a known
+    difference: a ``Deviation.known``)."""
+    found: list[Deviation] = []
     for obj in objects:
         if isinstance(obj, ReportsDifferences):
             for entry in obj.known_differences():
-                if not isinstance(entry, KnownDifference):
+                if not isinstance(entry, Deviation) or entry.kind == "declared":
                     raise TypeError(f"{type(obj).__name__}.known_differences() gave {entry!r}, "
-                                    "not a pytest_san.deviations.KnownDifference")
+                                    "not a known difference (pytest_san.Deviation.known)")
                 found.append(entry)
     return found
 
@@ -140,7 +133,8 @@ def deviations_of(*objects: object) -> list[Deviation]:
     for obj in objects:
         if isinstance(obj, DeclaresDeviations):
             for entry in obj.deviations():
-                if not isinstance(entry, Deviation):
-                    raise TypeError(f"{type(obj).__name__}.deviations() gave {entry!r}, not a pytest_san.Deviation")
+                if not isinstance(entry, Deviation) or entry.kind != "declared":
+                    raise TypeError(f"{type(obj).__name__}.deviations() gave {entry!r}, not a declared "
+                                    "pytest_san.Deviation")
                 found.append(entry)
     return found

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 from pytest_san.batch import Batching
 from pytest_san.batch import Call as BatchCall
 from pytest_san.contract import Leak
-from pytest_san.deviations import KnownDifference
+from pytest_san.deviations import Deviation
 from pytest_san.protocols import (
     Backend,
     Faults,
@@ -267,7 +267,7 @@ class HilBackend:
     def faults(self) -> RemoteFaults | None:
         return RemoteFaults(self) if "faults" in self._capabilities else None
 
-    def known_differences(self) -> list[KnownDifference]:
+    def known_differences(self) -> list[Deviation]:
         """The kernel workarounds the hosts' engines apply, for the verdict's table of deviations
         (pytest_san.deviations.ReportsDifferences)."""
         return applied_on(self.kernel_log.record)

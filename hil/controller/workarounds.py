@@ -2,8 +2,8 @@
 
 Each agent's hello names the workarounds its engine applies on its host (hil/agent/engines/verbs/quirks.py
 decides by driver and kernel); ``applied_on`` turns what the run's hosts said into the verdict's entries, one per
-workaround with the hosts that apply it. ``WORKAROUND_RULES`` places each in the table by the rule it keeps: the
-one the kernel's bug would break without it.
+workaround with the hosts that apply it. Each row's rule, why and reproducer are its workaround's own
+(``Workaround.rule``: the rule the kernel's bug would break without it).
 """
 
 from __future__ import annotations
@@ -11,18 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from hil.agent.engines.verbs.quirks import WORKAROUNDS, Workaround
-from pytest_san.deviations import KnownDifference
+from pytest_san.deviations import Deviation
 
-__all__ = ["WORKAROUND_RULES", "applied_on", "every_workaround", "workaround"]
-
-WORKAROUND_RULES: Mapping[str, str] = {
-    "siw-zero-length-sge": "R14",  # a zero-length entry is legal (CONTRACT.md section 6): it must complete
-    "siw-unchecked-remote-access": "R7",  # a read served from memory registered without remote read (and R8)
-    "rxe-zero-length-read": "R14",  # every operation completes with a status
-    "rxe-flushed-local-error": "R14",  # LOCAL_PROTECTION, not a flush as if something else had failed
-    "rxe-local-op-replayed": "R14",  # the waiting request completes with its own status
-}
-"""Each workaround's rule (tests/pytest_san/test_known_differences.py checks every workaround has one)."""
+__all__ = ["applied_on", "every_workaround", "workaround"]
 
 
 def _series(version: tuple[int, int] | None) -> str:
@@ -40,19 +31,18 @@ def kernels(w: Workaround) -> str:
     return f"kernels from {_series(w.broken_from)} before {_series(w.fixed_in)}"
 
 
-def workaround(w: Workaround, hosts: Iterable[str] = ()) -> KnownDifference:
+def workaround(w: Workaround, hosts: Iterable[str] = ()) -> Deviation:
     """``w`` as a row of the table; ``hosts``: where this run applies it."""
-    return KnownDifference("workaround", w.name, WORKAROUND_RULES.get(w.name, "R14"),
-                           f"the verbs engine on {w.driver} ({kernels(w)})", w.bug, w.does, "kernel-bug",
-                           f"san-hil lab reproduce {w.name}", hosts=tuple(hosts))
+    return Deviation.known("workaround", w.name, w.rule, f"the verbs engine on {w.driver} ({kernels(w)})", w.bug,
+                           w.does, w.why, w.reproducer, hosts=hosts)
 
 
-def every_workaround() -> list[KnownDifference]:
+def every_workaround() -> list[Deviation]:
     """Every workaround the engine ships (docs/deviations.md)."""
     return [workaround(w) for w in WORKAROUNDS]
 
 
-def applied_on(record: Mapping[str, Mapping[str, object]]) -> list[KnownDifference]:
+def applied_on(record: Mapping[str, Mapping[str, object]]) -> list[Deviation]:
     """The workarounds applied on the run's hosts: ``record`` is the report's ``"kernel_resources"`` (host ->
     its entry, whose ``"workarounds"`` the host's hello gave), in quirks.py's order. A name this controller does
     not know (an agent of another version) is listed as such, not dropped."""
@@ -63,7 +53,7 @@ def applied_on(record: Mapping[str, Mapping[str, object]]) -> list[KnownDifferen
             hosts.setdefault(str(name), []).append(host)
     known = {w.name: w for w in WORKAROUNDS}
     out = [workaround(w, hosts[w.name]) for w in WORKAROUNDS if w.name in hosts]
-    out += [KnownDifference("workaround", name, "R14", "the verbs engine", "(not in this controller's quirks.py)",
-                            "(unknown)", "kernel-bug", f"san-hil lab reproduce {name}", hosts=tuple(where))
+    out += [Deviation.known("workaround", name, "R14", "the verbs engine", "(not in this controller's quirks.py)",
+                            "(unknown)", "kernel-bug", f"san-hil lab reproduce {name}", hosts=where)
             for name, where in hosts.items() if name not in known]
     return out

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+from ..deviations import Why
+
 
 @dataclasses.dataclass(frozen=True)
 class Alternative:
@@ -23,7 +25,10 @@ class Alternative:
     case: str
     emulator: str  # what the emulator answers
     accepted: str  # what the model accepts (expects) instead
-    why: str
+    because: str  # why a backend answers so
+    rule: str  # the rule it loosens (its row of docs/deviations.md's table)
+    why: Why  # the kind of reason: by design, a kernel's bug, the spec's ambiguity
+    reproducer: str | None = None  # the lab command that shows a kernel's behaviour (a kernel bug has one)
     unless: str | None = None  # a capability that deselects it (a backend with both answers as the emulator)
 
     def applies(self, capabilities: frozenset[str]) -> bool:
@@ -54,7 +59,8 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "runs at once",
                 "it waits behind the send and completes after it, in posting order",
                 "an RC send queue executes and completes in order; the waiting send holds it (RNR retry)",
-                unless="iwarp"),
+                unless="iwarp",
+                rule="R14", why="by-design"),
     Alternative(RNR_BOUNDED, "verbs",
                 "a send waiting for the peer's receive",
                 "waits until the peer posts one, or the connection ends",
@@ -62,7 +68,8 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "stays connected and learns it as below); when the peer closes about then, its end's other "
                 "operations complete ABORTED or CONNECTION_RESET",
                 "rxe (kernel 6.1) lets the retransmission timer run out during RNR retries, although rnr_retry is 7 "
-                "(retry forever); a real NIC waits", unless="iwarp"),
+                "(retry forever); a real NIC waits", unless="iwarp",
+                rule="R14", why="kernel-bug", reproducer="san-hil lab reproduce rxe-send-wait-bounded"),
     Alternative(LOCAL_BREAK, "verbs",
                 "a transfer refused for its own local buffers (bad handle, access or bounds)",
                 "both ends go to error; the peer's pending operations complete ABORTED",
@@ -70,33 +77,38 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "(then CONNECTION_RESET, after the transport's retries, about 2 s), and a send of the peer "
                 "already waiting completes CONNECTION_RESET",
                 "a requester's local error moves only its own QP to ERR: nothing reached the responder (on iWARP "
-                "the QP's error ends the connection: error-ends-connection)", unless="iwarp"),
+                "the QP's error ends the connection: error-ends-connection)", unless="iwarp",
+                rule="R4", why="by-design"),
     Alternative(LKEY_STATUS, "verbs",
                 "a send or rdma_write source, posted on an idle send queue, whose handle is neither registered "
                 "on the socket nor known to its process (foreign, stale, junk)",
                 "LOCAL_PROTECTION",
                 "LOCAL_PROTECTION or REMOTE_OPERATION",
                 "the NIC checks an lkey the provider does not know; rxe reports LOC_QP_OP_ERR (REMOTE_OPERATION) "
-                "where other NICs report LOC_PROT_ERR"),
+                "where other NICs report LOC_PROT_ERR",
+                rule="R14", why="kernel-bug", reproducer="san-hil lab reproduce rxe-unknown-lkey-status"),
     Alternative(SHORT_RECEIVE, "verbs",
                 "a receive too small for the message",
                 "LOCAL_LENGTH",
                 "LOCAL_LENGTH or REMOTE_OPERATION",
-                "rxe completes it LOC_QP_OP_ERR where the contract expects LOC_LEN_ERR"),
+                "rxe completes it LOC_QP_OP_ERR where the contract expects LOC_LEN_ERR",
+                rule="R14", why="kernel-bug", reproducer="san-hil lab reproduce rxe-short-receive-status"),
     Alternative(ZERO_RDMA, "verbs",
                 "an RDMA transfer of zero bytes (an empty scatter list)",
                 "checked against the window: SUCCESS, or ACCESS_VIOLATION breaking both ends",
                 "SUCCESS at once whenever 0 <= offset <= the length the descriptor states (registered or not, "
                 "any access), else ACCESS_VIOLATION breaking only the local end",
                 "the IB spec lets a NIC skip the rkey check of a zero-length transfer, and rxe checks nothing "
-                "of one (6.1 and 6.12): the verbs provider completes it itself"),
+                "of one (6.1 and 6.12): the verbs provider completes it itself",
+                rule="R3", why="spec-ambiguity"),
     Alternative(READ_ONE_BUFFER, None,
                 "an rdma_read whose scatter list has more than one non-empty entry (at most the contract's 4)",
                 "reads into them all",
                 "WSAEINVAL at the call (too many buffers), nothing posted; or, as the emulator, the read into them all "
                 "(of a provider that declares reference_order: WSAEINVAL, its device check's answer)",
                 "how many entries the device scatters an RDMA read into is its own (max_sge_rd 1: siw); a provider "
-                "whose device reads into at least 4 declares rdma_read_scatter", unless="rdma_read_scatter"),
+                "whose device reads into at least 4 declares rdma_read_scatter", unless="rdma_read_scatter",
+                rule="R14", why="by-design"),
     Alternative(ERROR_ENDS_CONNECTION, "iwarp",
                 "an error on either end of a connection: a transfer refused for its local buffers or by the "
                 "responder (another connection's, a deregistered or too small window, the wrong access), a "
@@ -109,14 +121,16 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "iWARP has no error completion for a requester: the responder terminates the stream (RFC 5040, "
                 "5041) and a QP in error ends its connection, so both ends learn it from the connection's end, "
                 "in either order; the verbs provider fences each write and send with a zero-length read to learn "
-                "it at all"),
+                "it at all",
+                rule="R4", why="by-design"),
     Alternative(STATED_FIRST, "iwarp",
                 "an RDMA transfer outside the range, or without the access, that its descriptor states, whose "
                 "source holds a handle only the NIC can refuse (unknown-lkey-status)",
                 "the NIC's answer to the source's handle",
                 "ACCESS_VIOLATION: refused before it is posted, and the connection ends (error-ends-connection)",
                 "siw checks a write's bounds segment by segment and serves a read from an MR without REMOTE_READ, "
-                "so the verbs provider checks the range and access an iWARP descriptor states before posting"),
+                "so the verbs provider checks the range and access an iWARP descriptor states before posting",
+                rule="R14", why="kernel-bug", reproducer="san-hil lab reproduce siw-unchecked-remote-access"),
     Alternative(REFUSED_AT_CALL, None,
                 "a transfer with a scatter list entry its provider refuses (a handle unknown on the socket, "
                 "another socket's or deregistered; a range outside the handle's registration; a handle without "
@@ -127,7 +141,8 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "emulator, the error completion",
                 "CONTRACT.md section 2: rejected is a SanError at the call or an error completion, no byte moving "
                 "either way; a provider that keeps its own table of what each handle allows may check it before "
-                "it posts (section 6: bad buffers are WSAEFAULT or WSAEINVAL at the call)"),
+                "it posts (section 6: bad buffers are WSAEFAULT or WSAEINVAL at the call)",
+                rule="R14", why="spec-ambiguity"),
 )
 
 BY_ID = {alt.id: alt for alt in ALTERNATIVES}
@@ -142,6 +157,6 @@ def active(capabilities: Iterable[str]) -> frozenset[str]:
 def markdown_table() -> list[str]:
     """The docs' table of the alternatives (``docs/model.md``), one line per row."""
     lines = ["| id | backend | case | the emulator | accepted | why |", "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| `{a.id}` | {a.backend} | {a.case} | {a.emulator} | {a.accepted} | {a.why} |"
+    lines += [f"| `{a.id}` | {a.backend} | {a.case} | {a.emulator} | {a.accepted} | {a.because} |"
               for a in ALTERNATIVES]
     return lines

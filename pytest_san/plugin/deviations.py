@@ -41,8 +41,9 @@ def declared(config: pytest.Config) -> dict[Deviation, bool]:
     except TypeError as exc:
         raise pytest.UsageError(str(exc)) from None
     for entry in entries:
-        if not isinstance(entry, Deviation):
-            raise pytest.UsageError(f"pytest_san_deviations gave {entry!r}, not a pytest_san.Deviation")
+        if not isinstance(entry, Deviation) or entry.kind != "declared":
+            raise pytest.UsageError(f"pytest_san_deviations gave {entry!r}, not a pytest_san.Deviation "
+                                    "it declares")
     found = config.stash[DECLARED_KEY] = dict.fromkeys(entries, False)
     return found
 
@@ -91,7 +92,7 @@ def known_dicts(config: pytest.Config, report: ConformanceReport | None) -> list
         from ..known_differences import alternatives_in_effect  # imports the model, which ran already
 
         met = report.model.alternatives
-        entries += [alt.to_dict(met.get(alt.name, 0) > 0) for alt in alternatives_in_effect(report.capabilities)]
+        entries += [alt.to_dict(met.get(alt.name or "", 0) > 0) for alt in alternatives_in_effect(report.capabilities)]
     return entries
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_san import Deviation
+from pytest_san.deviations import deviations_of
 from pytest_san.report import ConformanceReport
 
 from .test_plugin import FAKE_CONFTEST
@@ -58,7 +59,8 @@ def test_a_failure_declared_is_deviating_not_failed(pytester: pytest.Pytester) -
     assert report["deviations"] == [{
         "kind": "declared", "rule": "R9", "implementation": "a fake switch",
         "what": "three regions a connection: a control area besides the two", "why": "by-design", "reproducer": None,
-        "tests": ["test_two_regions"], "observed": True}]
+        "tests": ["test_two_regions"], "observed": True, "name": None, "instead": None, "because": None,
+        "hosts": []}]
     (test,) = [t for t in report["tests"] if t["nodeid"].endswith("test_two_regions")]
     assert test["outcome"] == "deviating" and "a fake switch" in test["reason"]
     result.stdout.re_match_lines([r"rule +passed +failed +skipped +deviating", r"R9 +1 +0 +0 +1",
@@ -151,3 +153,13 @@ def test_the_junit_xml_names_the_deviation(pytester: pytest.Pytester, family: st
     else:
         suite = {p.get("name"): p.get("value") for p in root.iter("property")}
         assert json.loads(suite["san_deviations"])[0]["observed"] is True
+
+
+def test_a_known_difference_is_no_declaration() -> None:
+    """One type holds both; a known difference explains no test, so a backend cannot declare one."""
+    class Declaring:
+        def deviations(self) -> list[Deviation]:
+            return [Deviation.known("workaround", "w", "R3", "x", "y", "z", "by-design")]
+
+    with pytest.raises(TypeError, match=r"Declaring\.deviations\(\) gave .*, not a declared pytest_san\.Deviation"):
+        deviations_of(Declaring())

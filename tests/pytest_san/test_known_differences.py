@@ -1,4 +1,4 @@
-"""The known differences in the verdict (pytest_san/deviations.py's KnownDifference, pytest_san/known_differences.py):
+"""The known differences in the verdict (pytest_san/deviations.py's Deviation.known, pytest_san/known_differences.py):
 a backend's workarounds and the model's documented alternatives, listed beside the declared deviations, never
 deciding a test's outcome."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_san.deviations import KnownDifference
-from pytest_san.known_differences import ALTERNATIVE_RULES, alternative, alternatives_in_effect
+from pytest_san.deviations import Deviation
+from pytest_san.known_differences import alternative, alternatives_in_effect
 from pytest_san.model import alternatives
 from pytest_san.report import ConformanceReport
 
@@ -20,10 +20,10 @@ from .test_plugin import FAKE_CONFTEST
 
 # The fake backend of test_plugin.py, holding three regions a connection, with a workaround of its own.
 WORKING_AROUND = FAKE_CONFTEST + """
-    from pytest_san.deviations import KnownDifference
+    from pytest_san import Deviation
 
     FakeBackend.regions = 3
-    FakeBackend.known_differences = lambda self: [KnownDifference(
+    FakeBackend.known_differences = lambda self: [Deviation.known(
         "workaround", "fake-three-regions", "R9", "the fake engine", "the fake kernel wants a third region",
         "a control area", "kernel-bug", "san-hil lab reproduce fake-three-regions", hosts=("lab1", "lab2"))]
 """
@@ -91,7 +91,7 @@ def test_a_known_difference_that_is_not_one_is_named(pytester: pytest.Pytester) 
     result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json", "-p", "no:cacheprovider")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*FakeBackend.known_differences() gave ('R9', 'three'), "
-                                 "not a pytest_san.deviations.KnownDifference*"])
+                                 "not a known difference (pytest_san.Deviation.known)*"])
 
 
 @pytest.mark.parametrize("family", ["xunit1", "xunit2"])
@@ -165,17 +165,26 @@ def test_under_xdist_each_worker_s_hosts_merge_into_one_entry(pytester: pytest.P
     assert (entry["name"], entry["hosts"], entry["observed"]) == ("fake-three-regions", ["gw0", "gw1"], True)
 
 
-def test_every_alternative_has_a_row_of_the_table() -> None:
-    assert set(ALTERNATIVE_RULES) == {alt.id for alt in alternatives.ALTERNATIVES}
-    for alt in alternatives.ALTERNATIVES:
-        row = alternative(alt)
-        assert (row.kind, row.name, row.instead, row.because) == ("alternative", alt.id, alt.accepted, alt.why)
-        assert alt.case in row.what and alt.emulator in row.what
+def test_an_alternative_s_row_is_what_it_declares() -> None:
+    alt = alternatives.Alternative("a", "verbs", "the case", "the emulator's", "the other", "the reason", "R6",
+                                   "kernel-bug", "san-hil lab reproduce a", unless="iwarp")
+    row = alternative(alt)
+    assert (row.kind, row.name, row.rule, row.why, row.reproducer, row.instead, row.because, row.tests) == (
+        "alternative", "a", "R6", "kernel-bug", "san-hil lab reproduce a", "the other", "the reason", ())
+    assert (row.implementation, row.what) == ("a backend with `verbs` without `iwarp`",
+                                              "the case (the emulator: the emulator's)")
+
+
+def test_an_alternative_of_a_kernel_bug_without_its_reproducer_is_refused() -> None:
+    alt = alternatives.Alternative("a", None, "the case", "the emulator's", "the other", "the reason", "R6",
+                                   "kernel-bug")
+    with pytest.raises(ValueError, match="alternative 'a' of R6: a kernel bug needs its reproducer"):
+        alternative(alt)
 
 
 def test_workers_known_differences_merge_their_hosts() -> None:
     left, right = ConformanceReport("hil"), ConformanceReport("hil")
-    entry = KnownDifference("workaround", "w", "R14", "the verbs engine on rxe", "bug", "instead", "kernel-bug",
+    entry = Deviation.known("workaround", "w", "R14", "the verbs engine on rxe", "bug", "instead", "kernel-bug",
                             "san-hil lab reproduce w", hosts=("lab2",))
     left.merge_deviations([entry.to_dict(True)])
     right.merge_deviations([{**entry.to_dict(True), "hosts": ["lab1"]}])
@@ -183,13 +192,27 @@ def test_workers_known_differences_merge_their_hosts() -> None:
     assert [(e["name"], e["hosts"]) for e in left.deviations] == [("w", ["lab1", "lab2"])]
 
 
+def test_a_known_difference_serializes_every_field() -> None:
+    entry = Deviation.known("alternative", "a", "R3", "any backend", "the case", "the other", "spec-ambiguity",
+                            because="the reason")
+    assert entry.to_dict(False) == {
+        "kind": "alternative", "rule": "R3", "implementation": "any backend", "what": "the case",
+        "why": "spec-ambiguity", "reproducer": None, "tests": [], "observed": False, "name": "a",
+        "instead": "the other", "because": "the reason", "hosts": []}
+
+
 @pytest.mark.parametrize(("fields", "says"), [
-    ({"kind": "declared"}, "kind 'declared' is not workaround or alternative"),
+    ({"kind": "other"}, "kind 'other' is not one of declared, workaround, alternative"),
     ({"rule": "R0"}, "rule 'R0' is not a rule id"),
     ({"why": "luck"}, "why 'luck' is not one of"),
+    ({"name": ""}, "name must be a non-empty text"),
+    ({"instead": None}, "instead must be a non-empty text"),
+    ({"tests": ("test_a",)}, "a known difference explains no test"),
+    ({"reproducer": None}, "a kernel bug needs its reproducer"),
 ])
 def test_a_bad_known_difference_is_refused_naming_the_field(fields: dict[str, Any], says: str) -> None:
     good: dict[str, Any] = {"kind": "workaround", "name": "w", "rule": "R14", "implementation": "x", "what": "y",
-                            "instead": "z", "why": "kernel-bug"}
+                            "instead": "z", "why": "kernel-bug", "reproducer": "san-hil lab reproduce w",
+                            "tests": ()}
     with pytest.raises(ValueError, match=says):
-        KnownDifference(**{**good, **fields})
+        Deviation(**{**good, **fields})

@@ -26,7 +26,7 @@ def test_the_driver_is_what_the_device_says_it_is(tmp_path: Path, monkeypatch: p
 
 
 def test_a_workaround_applies_to_its_driver_on_the_kernels_that_need_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    fixed = Workaround("x-fixed", "siw", "a bug", "a workaround", fixed_in=(6, 12))
+    fixed = Workaround("x-fixed", "siw", "a bug", "a workaround", "R14", fixed_in=(6, 12))
     monkeypatch.setattr(quirks, "WORKAROUNDS", (*WORKAROUNDS, fixed))
     names = lambda ws: [w.name for w in ws]  # noqa: E731
     siw = [w.name for w in WORKAROUNDS if w.driver == "siw" and w.fixed_in is None]
@@ -45,7 +45,7 @@ def test_a_workaround_applies_to_its_driver_on_the_kernels_that_need_it(monkeypa
 
 
 def test_a_workaround_from_a_kernel_on() -> None:
-    w = Workaround("x", "rxe", "a bug", "a workaround", broken_from=(6, 12), fixed_in=(6, 15))
+    w = Workaround("x", "rxe", "a bug", "a workaround", "R14", broken_from=(6, 12), fixed_in=(6, 15))
     assert [w.needed(s) for s in ((6, 1), (6, 12), (6, 14), (6, 15), None)] == [False, True, True, False, True]
 
 
@@ -69,5 +69,5 @@ def test_each_workaround_was_retested_on_every_kernel_the_lab_boots() -> None:
 
 
 def test_a_kept_workaround_applies_where_its_bug_is_gone() -> None:
-    w = Workaround("x", "rxe", "a bug", "a workaround", fixed_in=(6, 12), kept="the NIC skips a check")
+    w = Workaround("x", "rxe", "a bug", "a workaround", "R14", fixed_in=(6, 12), kept="the NIC skips a check")
     assert [(w.broken(s), w.needed(s)) for s in ((6, 1), (6, 12))] == [(True, True), (False, True)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = ["GONE", "KERNELS", "THERE", "WORKAROUNDS", "Workaround", "applied", "driver_of", "kernel_series"]
 
@@ -35,10 +36,21 @@ class Workaround:
     driver: str  # rxe, siw
     bug: str  # what the kernel does without the workaround (where, in its source)
     does: str  # what the engine does instead
+    rule: str  # the rule it keeps: the one the kernel's bug would break without it
     fixed_in: tuple[int, int] | None = None  # first kernel series found not to need it; None: every one tested
     broken_from: tuple[int, int] | None = None  # first kernel series found to need it; None: every older one too
     retested: tuple[tuple[tuple[int, int], str], ...] = ()  # (series, THERE or GONE), as its reproducer found
     kept: str = ""  # why the engine applies it where the bug is gone ("": only where the bug is)
+
+    @property
+    def why(self) -> Literal["kernel-bug"]:
+        """Its kind of reason in the table of known differences: each one here works around a kernel's bug."""
+        return "kernel-bug"
+
+    @property
+    def reproducer(self) -> str:
+        """The lab command that shows the bug (hil/tools/lab/reproduce.py holds one for each name)."""
+        return f"san-hil lab reproduce {self.name}"
 
     def broken(self, series: tuple[int, int] | None) -> bool:
         """Whether the kernel has the bug, as ``broken_from`` and ``fixed_in`` say (an unknown kernel: yes)."""
@@ -58,17 +70,20 @@ WORKAROUNDS: tuple[Workaround, ...] = (
                "siw_tx_hdt dereferences the NULL memory object of a zero-length SGE in a send or RDMA write: an "
                "oops, and the device hangs",
                "a zero-length scatter entry is not posted (a send left with none goes with no SGE)",
+               rule="R14",  # a zero-length entry is legal (CONTRACT.md section 6): it must complete
                retested=_BOTH_THERE),
     Workaround("siw-unchecked-remote-access", "siw",
                "the responder serves an RDMA read of an MR registered without REMOTE_READ (siw_qp_sq_proc checks "
                "a read response's memory with no access asked), and checks a tagged write's bounds segment by "
                "segment (siw_proc_write), placing the first segments of an over-long one",
                "an iWARP descriptor states the access it grants; the initiator checks that and the range first",
+               rule="R7",  # a read served from memory registered without remote read (and R8)
                retested=_BOTH_THERE),
     Workaround("rxe-zero-length-read", "rxe",
                "an RDMA read of zero bytes never completes (as the lab fuzz once saw it; retested, it completes "
                "SUCCESS on 6.1 and 6.12)",
                "an RDMA transfer of zero bytes is completed by the engine, checked against the descriptor's range",
+               rule="R14",  # every operation completes with a status
                retested=(((6, 1), GONE), ((6, 12), GONE)),
                kept="rxe checks no rkey, range or access of a zero-byte transfer (the IB spec lets a NIC skip "
                     "them): one at offset 8192 of a 4096-byte window completes SUCCESS; the engine completes it "
@@ -79,6 +94,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
                "LOC_QP_OP_ERR)",
                "a source entry whose handle the socket does not know is refused before posting: LOCAL_PROTECTION, "
                "0 bytes, the connection's local end in error",
+               rule="R14",  # LOCAL_PROTECTION, not a flush as if something else had failed
                broken_from=(6, 12), retested=(((6, 1), GONE), ((6, 12), THERE))),
     Workaround("rxe-local-op-replayed", "rxe",
                "a memory-window bind or a local invalidate posted behind a request still waiting on the peer "
@@ -87,6 +103,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
                "completes, neither when its retries run out nor once the peer's receive comes",
                "while a send, RDMA write or read is outstanding on the socket, a window is an MR with the "
                "remote rights and its release is the dealloc alone (no bind or invalidate is posted)",
+               rule="R14",  # the waiting request completes with its own status
                retested=_BOTH_THERE),
 )
 
