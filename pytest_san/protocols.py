@@ -7,8 +7,9 @@ switch talk only to these protocols, so the same suite runs on the emulator and 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .contract import Access, CacheType, Completion, DeviceDescription, Leak
 
@@ -292,21 +293,49 @@ class CountsRoundTrips(Protocol):
     def round_trips(self) -> Mapping[str, int]: ...
 
 
-class ModelBudget(NamedTuple):
-    """How much of the reference model the suite runs: ``sequences`` random SPI sequences of ``steps`` steps,
-    starting none after ``deadline`` seconds (None: no deadline)."""
+@dataclasses.dataclass(frozen=True)
+class ModelBudget:
+    """How much of the reference model a run does, and how it spends it on its backend; the defaults, written
+    here only, are ``pytest --pyargs pytest_san.model``'s on the in-process emulator.
 
-    sequences: int
-    steps: int
+    How much: ``sequences`` random SPI sequences of ``steps`` steps, starting none after ``deadline`` seconds
+    (None: no deadline), drawn from ``seed`` (None: a fresh one, printed), in ``differential`` mode or not.
+    How: ``full_checks`` checks everything after every step (else only what the step could change, and
+    everything once a sequence ends); a completion is waited for ``call_timeout`` seconds; shrinking a
+    divergence replays its steps at most ``shrink_replays`` times; ``avoid_slow_steps`` steers away from the
+    few steps that cost seconds where calls cross a network to a NIC (pytest_san/model/generate.py)."""
+
+    sequences: int = 100
+    steps: int = 40
     deadline: float | None = None
+    seed: int | None = None
+    differential: bool = False
+    full_checks: bool = True
+    call_timeout: float = 2.0
+    shrink_replays: int = 200
+    avoid_slow_steps: bool = False
 
 
+@runtime_checkable
 class DeclaresModelBudget(Protocol):
     """Optional, for a backend: the budget of the reference model that ``pytest --pyargs pytest_san.scenarios``
-    runs on it by default (``--san-model-sequences``/``-steps``/``-deadline`` override it). A backend whose every
-    call is a round trip declares a small one; without it the suite runs the emulator's (docs/model.md)."""
+    runs on it by default (the options override it; ``pytest --pyargs pytest_san.model`` takes its settings at
+    the defaults' size). A backend whose every call is a round trip declares a small one, with fewer checks and
+    longer waits; one without it gets ``ModelBudget()`` (docs/model.md)."""
 
     def model_budget(self) -> ModelBudget: ...
+
+
+def budget_of(backend: object) -> ModelBudget:
+    """What ``backend`` declares (``DeclaresModelBudget``), else ``ModelBudget()``; a TypeError when it declares
+    something else."""
+    if not isinstance(backend, DeclaresModelBudget):
+        return ModelBudget()
+    budget = backend.model_budget()
+    if not isinstance(budget, ModelBudget):
+        raise TypeError(f"{type(backend).__name__}.model_budget() must return a pytest_san.protocols.ModelBudget, "
+                        f"got {budget!r:.120}")
+    return budget
 
 
 @runtime_checkable

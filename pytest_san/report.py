@@ -6,6 +6,7 @@ Kept free of pytest so it can be unit-tested on its own and merged across pytest
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -155,9 +156,9 @@ class ConformanceReport:
         self.deviations: list[dict[str, Any]] = []  # Deviation.to_dict of each declared one, with "observed"
 
     def record_model(self, result: ModelResult) -> None:
-        """Add a model run's result (each run of the model test adds its own)."""
+        """Add a model run's result (each run of the model test adds its own); ``result`` stays as it is."""
         if self.model is None:
-            self.model = result
+            self.model = copy.deepcopy(result)  # later runs merge into the report's own
         else:
             self.model.merge(result)
 

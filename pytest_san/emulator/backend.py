@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..contract import Leak, SanError, WsaError
+from ..protocols import ModelBudget
 from .fabric import Fabric
 from .node import EmulatedNode
 from .process import EmulatedProcess
@@ -56,6 +57,12 @@ class EmulatorBackend:
     @property
     def capabilities(self) -> frozenset[str]:
         return self._capabilities
+
+    def model_budget(self) -> ModelBudget:
+        """The suite's reference model here (pytest_san.protocols.DeclaresModelBudget): the defaults, about 1 s;
+        the deadline only bounds a provider the model finds wrong, whose every divergence is shrunk by replaying
+        its steps many times."""
+        return ModelBudget(deadline=10.0)
 
     @property
     def nodes(self) -> Sequence[EmulatedNode]:

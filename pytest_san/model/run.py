@@ -16,10 +16,10 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Generator as Stream
-from typing import Any
 
 from ..checks import REFERENCE_ORDER
-from ..protocols import Backend
+from ..protocols import Backend, ModelBudget, budget_of
+from ..report import ModelResult
 from .alternatives import active
 from .divergence import Divergence, listing, step_kind
 from .execute import Cost, Problem, Seen, Side
@@ -33,17 +33,7 @@ from .steps import Plan, Step
 from .world import ProbeRefused, World
 
 MAX_DIVERGENCES = 5  # distinct ones: then the run stops (each costs a shrink)
-
-
-@dataclasses.dataclass
-class Budget:
-    sequences: int = 100
-    steps: int = 40
-    deadline: float | None = None  # seconds: no new sequence starts after it
-    seed: int | None = None  # None: a random one (printed)
-    differential: bool = False
-    checks: str = "auto"  # auto (all on the emulator, else touched) | all | touched
-    shrink_replays: int | None = None  # None: 200 on the emulator, 40 elsewhere
+DIFFERENTIAL_REPLAYS = 60  # a differential replay runs on both backends: at most this many for a shrink
 
 
 @dataclasses.dataclass
@@ -61,12 +51,13 @@ class Summary:
     cost: Cost = dataclasses.field(default_factory=Cost)
     alternatives: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "sequences": self.sequences, "steps": self.steps,
-                "divergences": [d.to_dict() for d in self.divergences], "seeds": [self.seed],
-                "differential": self.differential, "seconds": round(self.seconds, 3), "regressions": self.regressions,
-                "replaying": round(self.replaying, 3),
-                "alternatives": dict(sorted(self.alternatives.items()))}
+    def result(self) -> ModelResult:
+        """This run as the report's ``"model"`` holds it (the divergences rendered for it, the cost a line)."""
+        return ModelResult(self.backend, sequences=self.sequences, steps=self.steps,
+                           divergences=[d.to_dict() for d in self.divergences], seeds=[self.seed],
+                           differential=self.differential, seconds=self.seconds,
+                           costs=[f"{self.backend}: {self.cost_line()}"],
+                           alternatives=dict(sorted(self.alternatives.items())), regressions=self.regressions)
 
     def cost_line(self) -> str:
         c, n, k = self.cost, max(self.steps, 1), max(self.sequences, 1)
@@ -86,7 +77,7 @@ Outcome = tuple[int | None, str, Problem]  # (step index or None for the end, si
 class ModelRun:
     """Model-check ``backend`` (``pytest_san.model``'s test calls ``run``)."""
 
-    def __init__(self, backend: Backend, budget: Budget, *, plan: Plan | None = None,
+    def __init__(self, backend: Backend, budget: ModelBudget, *, plan: Plan | None = None,
                  reference: Callable[[int], Backend] | None = None, log: Callable[[str], None] = print,
                  capabilities: Mapping[str, frozenset[str]] | None = None) -> None:
         """``plan``: which nodes the processes live on (default: as many of the backend's nodes as it has, up to
@@ -104,27 +95,24 @@ class ModelRun:
         self.traits = Traits(alts=active(common), sends_wait="send_waits" in common,
                              no_read=frozenset(i for i, c in enumerate(caps) if "rdma_read" not in c),
                              reference_order=REFERENCE_ORDER in common)
-        # In-process nodes (capability "emulator"): every call is cheap, so everything is checked after every step,
-        # and a completion comes inside its call, so a long wait for one would only delay the report.
-        self.in_process = "emulator" in common
-        self.full = budget.checks == "all" or (budget.checks == "auto" and self.in_process)
-        self.slow = "verbs" in common
         self.reference = reference
         if budget.differential and reference is None:
             from ..emulator import EmulatorBackend  # the in-process emulator, unwrapped
             self.reference = EmulatorBackend
-        self.names = [backend.name] + (["reference emulator" if self.in_process else "emulator"]
-                                       if budget.differential else [])
+        reference_name = "emulator" if backend.name != "emulator" else "reference emulator"  # told apart
+        self.names = [backend.name] + ([reference_name] if budget.differential else [])
         self.summary = Summary(backend.name, self.seed, budget.differential)
         self.under_test: Side | None = None  # the backend's side of the last sequence or replay started
 
     def _sides(self) -> list[Side]:
-        sides = [Side(self.names[0], self.world, self.traits, full=self.full, timeout=2.0 if self.in_process else 30.0)]
+        budget = self.budget
+        sides = [Side(self.names[0], self.world, self.traits, full=budget.full_checks, timeout=budget.call_timeout)]
         if self.reference is not None:
             ref = World(self.reference(len(self.world.nodes)), self.world.plan)
             traits = Traits(sends_wait=self.traits.sends_wait,
                             reference_order=REFERENCE_ORDER in ref.backend.capabilities)
-            sides.append(Side(self.names[1], ref, traits, full=True, timeout=2.0))
+            own = budget_of(ref.backend)  # the reference's own checks and waits
+            sides.append(Side(self.names[1], ref, traits, full=own.full_checks, timeout=own.call_timeout))
         return sides
 
     def run(self) -> Summary:
@@ -167,7 +155,7 @@ class ModelRun:
             return
         model = sides[0].model
         assert model is not None
-        gen = Generator(model, random.Random(f"{self.seed}/{k}"), slow=self.slow)
+        gen = Generator(model, random.Random(f"{self.seed}/{k}"), slow=self.budget.avoid_slow_steps)
 
         def draw(state: Model) -> Step:
             gen.model = state  # the model as the next step finds it (a round's: ahead of the judged one)
@@ -321,8 +309,8 @@ class ModelRun:
         else:
             kind = "differential" if side == "both" else "model"
             replays = self.budget.shrink_replays
-            if replays is None:
-                replays = 200 if self.in_process and not self.budget.differential else 60
+            if self.budget.differential:
+                replays = min(replays, DIFFERENTIAL_REPLAYS)
             shrunk = shrink(steps, same, budget=replays, until=until)
             again: list[list[Seen]] = []
             got = self._replay(shrunk, again)

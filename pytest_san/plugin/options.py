@@ -12,6 +12,8 @@ import math
 
 import pytest
 
+from ..protocols import ModelBudget
+
 DEFAULT_BACKEND = "emulator"
 
 
@@ -74,15 +76,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # The reference model: in the suite (pytest_san/plugin/model.py) and deep (pytest --pyargs pytest_san.model).
     group.addoption("--san-model-sequences", metavar="N", type=int, default=None,
                     help="the reference model: random SPI sequences to run (default: in the suite the backend's "
-                         "budget, 100 on the emulator, 16 on hil; pytest_san.model 100); 0 leaves the model out of "
-                         "the suite")
+                         f"budget, docs/model.md; pytest_san.model {ModelBudget().sequences}); 0 leaves the model "
+                         "out of the suite")
     group.addoption("--san-model-steps", metavar="N", type=int, default=None,
-                    help="the reference model: steps per sequence (default: in the suite the backend's budget, 40 "
-                         "on the emulator, 20 on hil; pytest_san.model 40)")
+                    help="the reference model: steps per sequence (default: in the suite the backend's budget; "
+                         f"pytest_san.model {ModelBudget().steps})")
     group.addoption("--san-model-deadline", metavar="SECONDS", type=float, default=None,
                     help="the reference model: start no new sequence after SECONDS (default: in the suite the "
-                         "backend's budget, 10 on the emulator, 60 on hil; pytest_san.model none); a divergence "
-                         "found is still shrunk, within the same time")
+                         "backend's budget; pytest_san.model none); a divergence found is still shrunk, within the "
+                         "same time")
     group.addoption("--san-model-seed", metavar="N", type=int, default=None,
                     help="the reference model: the seed to draw sequences from (default: 1 in the suite, a fresh "
                          "one for pytest_san.model; every run prints its own: replay it)")
@@ -91,7 +93,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "step by step")
     group.addoption("--san-model-checks", choices=("auto", "all", "touched"), default="auto",
                     help="the reference model: check everything after every step (all), or only what the step could "
-                         "change and everything at the end of a sequence (touched); auto: all on the emulator")
+                         "change and everything at the end of a sequence (touched); auto: as the backend's budget "
+                         "says (all on the emulator)")
 
     # Lab hosts (--san-backend=hil).
     group.addoption("--san-inventory", metavar="PATH", default=None,

@@ -11,8 +11,9 @@ import pytest
 
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.model import alternatives
-from pytest_san.model.run import Budget, ModelRun
+from pytest_san.model.run import ModelRun
 from pytest_san.model.state import Traits
+from pytest_san.protocols import ModelBudget
 
 MODEL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 MODEL = Path(alternatives.__file__).parent
@@ -64,6 +65,10 @@ def test_alternatives_follow_the_capability() -> None:
         assert a.active(backend) == {a.READ_ONE_BUFFER, a.REFUSED_AT_CALL}
 
 
+VERBS = ModelBudget(sequences=30, steps=40, seed=4, avoid_slow_steps=True)
+"""A verbs backend's draws: the steps that cost seconds on a NIC are avoided (as the hil backend's budget says)."""
+
+
 class _ClaimsVerbs:
     """The emulator under a backend that says it drives verbs: the model then expects the verbs answers."""
 
@@ -88,10 +93,9 @@ def test_the_alternatives_are_expected_not_just_allowed(monkeypatch: pytest.Monk
     not make everything acceptable. Random sequences alone: a replayed regression that diverges first would
     end the run before any sequence expects an alternative."""
     monkeypatch.setattr("pytest_san.model.run.REGRESSIONS", ())
-    plain = ModelRun(EmulatorBackend(), Budget(sequences=30, steps=40, seed=4), log=_quiet).run()
+    plain = ModelRun(EmulatorBackend(), ModelBudget(sequences=30, steps=40, seed=4), log=_quiet).run()
     assert plain.divergences == [] and not plain.alternatives
-    claimed = ModelRun(_ClaimsVerbs(EmulatorBackend()), Budget(sequences=30, steps=40, seed=4),  # type: ignore[arg-type]
-                       log=_quiet).run()
+    claimed = ModelRun(_ClaimsVerbs(EmulatorBackend()), VERBS, log=_quiet).run()  # type: ignore[arg-type]
     assert claimed.divergences, "the emulator passed as a verbs backend"
     assert claimed.alternatives
 
@@ -267,8 +271,7 @@ class _ClaimsIwarp(_ClaimsVerbs):
 
 
 def test_the_iwarp_alternatives_are_expected_too() -> None:
-    claimed = ModelRun(_ClaimsIwarp(EmulatorBackend()), Budget(sequences=30, steps=40, seed=4),  # type: ignore[arg-type]
-                       log=_quiet).run()
+    claimed = ModelRun(_ClaimsIwarp(EmulatorBackend()), VERBS, log=_quiet).run()  # type: ignore[arg-type]
     assert claimed.divergences, "the emulator passed as an iWARP backend"
     assert {alternatives.ERROR_ENDS_CONNECTION, alternatives.READ_ONE_BUFFER} & set(claimed.alternatives)
 

@@ -18,9 +18,10 @@ import pytest
 from pytest_san import SanError, WsaError
 from pytest_san.checks import REFERENCE_ORDER
 from pytest_san.emulator import EmulatorBackend
-from pytest_san.model.run import Budget, ModelRun
+from pytest_san.model.run import ModelRun
 from pytest_san.model.state import Traits
 from pytest_san.model.steps import Reconnect, Register
+from pytest_san.protocols import ModelBudget
 
 CONFTEST = '''
 from pytest_san import SanError, WsaError
@@ -81,7 +82,7 @@ def test_a_backend_that_declares_the_order_is_held_to_it(differential: bool) -> 
     backend = EmulatorBackend(wrap_provider=lambda node, p: OneCaseOtherwise(p))
     assert REFERENCE_ORDER in backend.capabilities
     logged: list[str] = []
-    budget = Budget(sequences=SEQUENCES, steps=STEPS, seed=SEED, differential=differential)
+    budget = ModelBudget(sequences=SEQUENCES, steps=STEPS, seed=SEED, differential=differential)
     summary = ModelRun(backend, budget, log=logged.append).run()
     backend.close()
     (div,) = summary.divergences

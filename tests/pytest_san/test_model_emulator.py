@@ -19,11 +19,12 @@ from pytest_san.emulator import EmulatorBackend
 from pytest_san.model.execute import Side
 from pytest_san.model.generate import Generator
 from pytest_san.model.regressions import REGRESSIONS
-from pytest_san.model.run import Budget, ModelRun
+from pytest_san.model.run import ModelRun
 from pytest_san.model.shrink import shrink
 from pytest_san.model.state import Traits
 from pytest_san.model.steps import Namer, Register, Transfer
 from pytest_san.model.world import World
+from pytest_san.protocols import ModelBudget
 from tests.pytest_san.test_stateful import BROKEN
 
 
@@ -33,7 +34,7 @@ def _quiet(_: str) -> None:
 
 @pytest.mark.parametrize("nodes", [3, 2])
 def test_model_passes_on_the_emulator(nodes: int) -> None:
-    summary = ModelRun(EmulatorBackend(nodes), Budget(sequences=60, steps=40, seed=11), log=_quiet).run()
+    summary = ModelRun(EmulatorBackend(nodes), ModelBudget(sequences=60, steps=40, seed=11), log=_quiet).run()
     assert summary.divergences == []
     assert (summary.sequences, summary.steps) == (60, 60 * 40)
     assert "ms a step" in summary.cost_line()
@@ -90,7 +91,7 @@ def test_the_seeded_run_catches_broken_providers(wrapper: Callable[[Any], Any],
     # found again is not listed twice): each is found there and shrunk.
     monkeypatch.setattr("pytest_san.model.run.REGRESSIONS", ())
     backend = EmulatorBackend(wrap_provider=lambda node, base: wrapper(base))
-    summary = ModelRun(backend, Budget(sequences=30, steps=40, seed=3), log=_quiet).run()
+    summary = ModelRun(backend, ModelBudget(sequences=30, steps=40, seed=3), log=_quiet).run()
     assert summary.divergences, f"{wrapper.__name__} went unnoticed"
     assert {d.kind for d in summary.divergences} == {"model"}
     first = summary.divergences[0]  # found in a random sequence
@@ -113,7 +114,7 @@ def test_shrink_finds_the_steps_that_matter() -> None:
 
 def test_a_divergence_reads_in_spi_terms() -> None:
     summary = ModelRun(EmulatorBackend(wrap_provider=lambda node, base: BROKEN[0](base)),
-                       Budget(sequences=5, steps=40, seed=3), log=_quiet).run()
+                       ModelBudget(sequences=5, steps=40, seed=3), log=_quiet).run()
     text = summary.divergences[0].render()
     assert "setup: p0 = the default process on node 0" in text
     assert "1. s" in text and "register_memory(p" in text and "-> emulator:" in text and "(the model:" in text
@@ -190,7 +191,7 @@ def test_a_state_read_with_the_step_is_read_again_before_it_counts(lies: str, mo
 
     monkeypatch.setattr(execute.Side, "_made", step_batch)
     monkeypatch.setattr(execute, "is_connected", is_connected)
-    summary = ModelRun(EmulatorBackend(2), Budget(sequences=3, steps=10, seed=11, checks="touched"),
+    summary = ModelRun(EmulatorBackend(2), ModelBudget(sequences=3, steps=10, seed=11, full_checks=False),
                        log=_quiet).run()
     if lies == "once":
         assert summary.divergences == []

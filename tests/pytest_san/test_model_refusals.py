@@ -19,11 +19,11 @@ from pytest_san.contract import MAX_SGE, SanError, Status, WsaError
 from pytest_san.emulator import EmulatorBackend
 from pytest_san.model import alternatives
 from pytest_san.model.reference import Model
-from pytest_san.model.run import Budget, ModelRun, Summary
+from pytest_san.model.run import ModelRun, Summary
 from pytest_san.model.state import Traits
 from pytest_san.model.steps import Key, Register, Transfer, plan_for
 from pytest_san.mutants.wrapping import DelegatingProvider, Shared, entries
-from pytest_san.protocols import Buffer, Node
+from pytest_san.protocols import Buffer, ModelBudget, Node
 from tests.pytest_san.held_out.single_entry_rdma_read import SingleEntryRdmaRead
 
 REFUSED = alternatives.REFUSED_AT_CALL
@@ -243,7 +243,7 @@ def _run(wrapper: Callable[[Any, Node, Shared], Any], *, sequences: int = 40, se
 
     made = EmulatorBackend(wrap_provider=wrap)
     caps = made.capabilities - {"reference_order"} - drop
-    return ModelRun(made, Budget(sequences=sequences, steps=40, seed=seed), log=_quiet,
+    return ModelRun(made, ModelBudget(sequences=sequences, steps=40, seed=seed), log=_quiet,
                     capabilities={node.name: caps for node in made.nodes}).run()
 
 

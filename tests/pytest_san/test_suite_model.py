@@ -106,7 +106,7 @@ def test_the_budget_is_the_backends_unless_the_options_say(pytester: pytest.Pyte
         passed=len(MODEL_RULES))
     model = _report(pytester, "r.json")["model"]
     assert (model["sequences"], model["steps"]) == (2, 10)
-    pytester.runpytest_subprocess(*args).assert_outcomes(passed=len(MODEL_RULES))  # the emulator: no declaration
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=len(MODEL_RULES))  # the emulator's own
     model = _report(pytester, "r.json")["model"]
     assert (model["sequences"], model["steps"], model["seeds"]) == (100, 4000, [1])
 

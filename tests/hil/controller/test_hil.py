@@ -73,7 +73,7 @@ def test_suite_over_ssh_passes_the_same_rules_as_in_process(pytester: pytest.Pyt
     outcomes = {t["nodeid"]: t["outcome"] for t in remote["tests"]}  # type: ignore[attr-defined]
     assert outcomes == {t["nodeid"]: t["outcome"] for t in local["tests"]}  # type: ignore[attr-defined]
     # The reference model ran in both, each at its backend's budget: the hil backend declares a lab's
-    # (HilBackend.model_budget: 16 sequences of 20 steps), the emulator none (the plugin's default: 100 of 40). Each
+    # (HilBackend.model_budget: 16 sequences of 20 steps), the emulator its own (the defaults: 100 of 40). Each
     # budget's deadline may stop it early on a loaded machine (CI once saw 60 of 100): it bounds the time, so the
     # steps of a sequence tell the budgets apart.
     for report, (most, steps) in ((remote, (16, 20)), (local, (100, 40))):

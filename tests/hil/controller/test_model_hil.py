@@ -7,6 +7,7 @@ call and per check. Real verbs: tests run there by hand or in CI's lab stage (do
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,14 +16,21 @@ import pytest
 
 from hil.controller.backend import HilBackend
 from pytest_san.model.regressions import REGRESSIONS
-from pytest_san.model.run import Budget, ModelRun
+from pytest_san.model.run import ModelRun
 from pytest_san.model.steps import plan_for
+from pytest_san.protocols import ModelBudget
 from tests.support.lab_hosts import host_configs, write_inventory
 from tests.support.sshd import SshServer
 
 
 def _quiet(_: str) -> None:
     pass
+
+
+def _budget(hil: HilBackend, *, sequences: int, seed: int, differential: bool = False) -> ModelBudget:
+    """The hil backend's own settings (touched checks, long waits), at these tests' size and with no deadline."""
+    return dataclasses.replace(hil.model_budget(), sequences=sequences, steps=20, deadline=None, seed=seed,
+                               differential=differential)
 
 
 @pytest.fixture
@@ -33,7 +41,7 @@ def hil(sshd: SshServer, tmp_path: Path) -> Iterator[HilBackend]:
 
 
 def test_model_over_ssh(hil: HilBackend) -> None:
-    summary = ModelRun(hil, Budget(sequences=6, steps=20, seed=21), log=_quiet).run()
+    summary = ModelRun(hil, _budget(hil, sequences=6, seed=21), log=_quiet).run()
     assert summary.divergences == [], "\n\n".join(d.render() for d in summary.divergences)
     assert (summary.backend, summary.sequences, summary.steps) == ("hil", 6, 120)
     # Remote: only what a step could change is checked after it ("touched"), everything at the end.
@@ -42,7 +50,7 @@ def test_model_over_ssh(hil: HilBackend) -> None:
 
 def test_model_over_ssh_with_two_nodes_and_differential(hil: HilBackend) -> None:
     # The lab's shape: two nodes, a second process spawned on each; every step also on a fresh emulator.
-    run = ModelRun(hil, Budget(sequences=5, steps=20, seed=22, differential=True), plan=plan_for(2), log=_quiet)
+    run = ModelRun(hil, _budget(hil, sequences=5, seed=22, differential=True), plan=plan_for(2), log=_quiet)
     summary = run.run()
     assert summary.divergences == [], "\n\n".join(d.render() for d in summary.divergences)
     assert run.world.plan == plan_for(2) and summary.steps == 100
