@@ -12,12 +12,9 @@ from pytest_san.protocols import Socket
 
 from .records import COUNT_MODULO, HEADER, LENGTH, Kind, record, take_records
 
-if TYPE_CHECKING:  # Concatenate and ParamSpec: Python 3.10+
-    from typing import Concatenate, ParamSpec
-
+if TYPE_CHECKING:
     from .switch import SimpleConnection
 
-    P = ParamSpec("P")
 R = TypeVar("R")
 Release = tuple[Callable[[Socket, Any], None], object]
 """How a registration is released (the provider's deregister_memory or deregister_rdma_memory) and its key."""
@@ -34,8 +31,8 @@ class Transfer:
     ops: list[PendingOperation] = dataclasses.field(default_factory=list)
     data: bytes | None = None  # receiver: the bytes, once they are all there
 
-    def busy(self, done: Callable[[PendingOperation], bool]) -> bool:
-        return any(not done(op) for op in self.ops)
+    def busy(self) -> bool:
+        return not all(op.done() for op in self.ops)
 
 
 class SimpleEndpoint:
@@ -50,7 +47,6 @@ class SimpleEndpoint:
         self.proxy = process.node.proxy
         self.peer: SimpleEndpoint
         self.closed = False
-        self.answered: dict[int, bool] = {}  # during ``progress``: whether each operation asked ahead was done
         self.error: str | None = None
         self.handles: list[Handle] = []  # the two regions' registrations: send, then receive
         self.receives: collections.deque[tuple[int, PendingOperation]] = collections.deque()
@@ -58,7 +54,6 @@ class SimpleEndpoint:
         self.free = collections.deque(range(conn.message_count))
         self.taken = 0  # messages taken from the receive ring (running total, sent in every header)
         self.reported = 0  # what the last message we sent said of ``taken``
-        self.unreported_data = 0  # messages with records taken since then
         self.sent = 0
         self.peer_taken = 0
         self.outgoing = bytearray()  # our record stream, not yet in a message
@@ -73,10 +68,10 @@ class SimpleEndpoint:
 
     # -- provider calls, each in the connection's trace
 
-    def call(self, fn: Callable[Concatenate[Socket, P], R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        """``fn(self.socket, ...)``: a method of this end's provider, traced by its name."""
+    def call(self, fn: Callable[..., R], /, *args: Any) -> R:
+        """``fn(self.socket, *args)``: a method of this end's provider, traced by its name."""
         self.conn.trace.append((self.name, fn.__name__))
-        return fn(self.socket, *args, **kwargs)
+        return fn(self.socket, *args)
 
     # -- building
 
@@ -168,14 +163,14 @@ class SimpleEndpoint:
         """R11: what close deregisters (how, and its key): every registration no pending operation of ours
         uses."""
         found: list[Release] = []
-        if self.handles and not any(not self.done(op) for op in self.sends.values()):
+        if self.handles and all(op.done() for op in self.sends.values()):
             found.append((self.provider.deregister_memory, self.handles[0]))
-        if len(self.handles) > 1 and not any(not self.done(op) for _, op in self.receives):
+        if len(self.handles) > 1 and all(op.done() for _, op in self.receives):
             found.append((self.provider.deregister_memory, self.handles[1]))
         for item in (*self.to_read, *self.to_sink, *self.writing, *self.sinks, *self.reading):
             if item.descriptor is not None:
                 found.append((self.provider.deregister_rdma_memory, item.descriptor))
-            if item.handle is not None and not item.busy(self.done):
+            if item.handle is not None and not item.busy():
                 found.append((self.provider.deregister_memory, item.handle))
         return found
 
@@ -185,11 +180,10 @@ class SimpleEndpoint:
         if self.closed:
             return
         self.closed = True
-        releases = self.releases()
-        if self.socket.closed or not self.process.alive:
-            return  # gone already: the provider released it
+        if self.socket.closed:
+            return  # gone already (a process that died has its sockets closed): the provider released it
         failure: Exception | None = None
-        for release, key in releases:
+        for release, key in self.releases():
             try:
                 self.call(release, key)
             except Exception as exc:
@@ -200,48 +194,41 @@ class SimpleEndpoint:
 
     # -- progress
 
-    def done(self, op: PendingOperation) -> bool:
-        """Whether ``op`` is done: as ``progress`` was told, else asked now."""
-        answer = self.answered.get(id(op))
-        return op.done() if answer is None else answer
-
-    def progress(self, answered: dict[int, bool] | None = None) -> bool:
-        """Reap sends, take messages, move RDMA, send what flow control allows; True if anything moved.
-        ``answered``: whether each operation asked ahead (by ``id``) was done."""
-        self.answered = answered or {}
-        try:
-            return self.step()
-        finally:
-            self.answered = {}
-
-    def step(self) -> bool:
+    def progress(self) -> bool:
+        """Reap sends, take messages, move RDMA, send what flow control allows; whether anything moved. A closed or
+        failed end moves nothing."""
         if self.closed or self.error:
             return False
-        moved = False
+        before = self.moves()
+        self.step()
+        return self.moves() != before
+
+    def moves(self) -> tuple[int, ...]:
+        """What changes whenever something moves: messages sent and taken, sends reaped, receives failed, RDMA
+        finished."""
+        return self.sent, self.taken, len(self.free), len(self.receives), len(self.reading), len(self.writing)
+
+    def step(self) -> None:
         for index, op in list(self.sends.items()):
-            if self.done(op):
+            if op.done():
                 del self.sends[index]
                 self.free.append(index)
-                moved = True
-                if self.failed("send", op.wait(0).status):
-                    return True
-        while self.receives and self.done(self.receives[0][1]):
+                if self.failed("send", op.wait().status):
+                    return
+        while self.receives and self.receives[0][1].done():
             index, op = self.receives.popleft()
-            done = op.wait(0)
+            done = op.wait()
             if self.failed("receive", done.status):
-                return True
+                return
             message = self.slot(self.recv_region, index).read(done.bytes)
             self.post_receive(index)
             self.taken += 1
             (self.peer_taken,) = HEADER.unpack_from(message)
-            if len(message) > HEADER.size:
-                self.unreported_data += 1
-                self.incoming += message[HEADER.size:]
-                for kind, body in take_records(self.incoming):
-                    self.handle(kind, body)
-            moved = True
-        moved = self.advance() or moved
-        return self.flush() or moved
+            self.incoming += message[HEADER.size:]
+            for kind, body in take_records(self.incoming):
+                self.handle(kind, body)
+        self.advance()
+        self.flush()
 
     def handle(self, kind: Kind, body: bytes) -> None:
         if kind is Kind.DATA:
@@ -271,8 +258,7 @@ class SimpleEndpoint:
             item = self.sinks.popleft()
             assert item.descriptor is not None  # a sink offered is registered
             self.call(self.provider.deregister_rdma_memory, item.descriptor)
-            item.descriptor = None
-            item.data = item.buffer.read(item.length)
+            item.data = item.buffer.read()
 
     def rdma(self, transfer: Callable[..., PendingOperation], item: Transfer,
              descriptor: bytes) -> list[PendingOperation]:
@@ -282,54 +268,42 @@ class SimpleEndpoint:
         return [self.call(transfer, [(item.buffer.view(at, min(step, item.length - at)), item.handle)], descriptor, at)
                 for at in range(0, item.length, step)]
 
-    def advance(self) -> bool:
+    def advance(self) -> None:
         """Finish the RDMA whose operations are all done: release its registration and tell the peer."""
-        moved = False
         for queue, kind in ((self.reading, Kind.READ_DONE), (self.writing, Kind.WRITE_DONE)):
-            while queue and not queue[0].busy(self.done):
+            while queue and not queue[0].busy():
                 item = queue.popleft()
                 for op in item.ops:
-                    self.failed(kind.name.lower(), op.wait(0).status)
+                    self.failed(kind.name.lower(), op.wait().status)
                 if self.error:
-                    return True
+                    return
                 self.call(self.provider.deregister_memory, item.handle)
-                item.handle = None
                 if kind is Kind.READ_DONE:
-                    item.data = item.buffer.read(item.length)
+                    item.data = item.buffer.read()
                 self.outgoing += record(kind)
-                moved = True
-        return moved
 
-    def flush(self) -> bool:
-        """Send messages while flow control allows: the peer has room for ``message_count`` of ours, minus those
-        it has not said it took; the last of that room goes only to a message that says more than the last did,
-        so two ends never both wait for the other to speak."""
-        moved = False
-        count, room = self.conn.message_count, self.conn.message_size - HEADER.size
-        for _ in range(count):
-            unreported = (self.taken - self.reported) % COUNT_MODULO
-            due = self.unreported_data >= max(1, count // 2) or unreported >= count - 1
-            if not (self.outgoing or due) or not self.free:
-                break
-            credits = count - (self.sent - self.peer_taken) % COUNT_MODULO
-            if credits < 1 or (credits == 1 and not unreported):
-                break
+    def flush(self) -> None:
+        """Send while there is something to say and flow control allows: the peer has room for ``message_count``
+        of ours, minus those it has not said it took; the last of that room goes only to a message that says
+        more than the last did, so two ends never both wait for the other to speak."""
+        room = self.conn.message_size - HEADER.size
+        while self.free and (self.outgoing or self.report_due()):
+            credits = self.conn.message_count - (self.sent - self.peer_taken) % COUNT_MODULO
+            if credits < 1 or (credits == 1 and self.taken == self.reported):
+                return
             chunk = bytes(self.outgoing[:room])
             del self.outgoing[:room]
             index = self.free.popleft()
-            self.reported, self.unreported_data = self.taken, 0
+            self.reported = self.taken
             self.sent += 1
             self.sends[index] = self.send_message(index, HEADER.pack(self.taken % COUNT_MODULO) + chunk)
-            moved = True
-        return moved
+
+    def report_due(self) -> bool:
+        """A message with nothing else in it is sent only to say what we took, once the peer could otherwise run
+        out of room: ``message_count - 1`` messages taken since we last said (fewer would be legal too; a
+        message that says nothing new is never due, so two ends never answer each other's reports forever)."""
+        return (self.taken - self.reported) % COUNT_MODULO >= self.conn.message_count - 1
 
     def busy(self) -> bool:
-        """Something of ours still waits to be sent or transferred."""
-        return bool(self.outgoing or self.to_read or self.to_sink or self.writing or self.reading)
-
-    def in_flight(self) -> list[PendingOperation]:
-        """The operations in flight, whose being done ``progress`` asks (a caller asks them ahead, together)."""
-        if self.closed or self.error:
-            return []
-        ops = [*self.sends.values(), *(op for _, op in self.receives)]
-        return ops + [op for item in (*self.reading, *self.writing) for op in item.ops]
+        """Something of ours still waits to be sent or transferred (a sink offered waits for the peer's write)."""
+        return bool(self.outgoing or self.to_read or self.to_sink or self.writing or self.reading or self.sinks)

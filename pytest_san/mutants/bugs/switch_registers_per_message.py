@@ -26,18 +26,17 @@ class PerMessage(SimpleEndpoint):
         self.__dict__.setdefault("per_message", []).append((op, handle))
         return op
 
-    def step(self) -> bool:
+    def step(self) -> None:
         """Each message's registration goes once its send is done and no other send in flight uses the same
         handle (a provider may hand out one handle, counted, for the same slot registered again)."""
-        moved = super().step()
+        super().step()
         pending: list[tuple[PendingOperation, Any]] = self.__dict__.get("per_message", [])
-        done = [(op, handle) for op, handle in pending if self.done(op)]
-        busy = {handle for op, handle in pending if not self.done(op)}
+        done = [(op, handle) for op, handle in pending if op.done()]
+        busy = {handle for op, handle in pending if not op.done()}
         for op, handle in done:
             if handle not in busy and not self.closed and not self.socket.closed:
                 pending.remove((op, handle))
                 self.call(self.provider.deregister_memory, handle)
-        return moved
 
 
 pytest_san_make_switch = simple_switch_hook(PerMessage)

@@ -24,26 +24,19 @@ BREAKS = ("R9",)
 
 
 class GenerousEndpoint(SimpleEndpoint):
-    def flush(self) -> bool:
+    def flush(self) -> None:
         """The example switch's flow control, with the bug in ``credits``."""
-        moved = False
-        count, room = self.conn.message_count, self.conn.message_size - HEADER.size
-        for _ in range(count + 1):
-            unreported = (self.taken - self.reported) % COUNT_MODULO
-            due = self.unreported_data >= max(1, count // 2) or unreported >= count - 1
-            if not (self.outgoing or due) or not self.free:
-                break
-            credits = count + 1 - (self.sent - self.peer_taken) % COUNT_MODULO  # the bug: one too many
-            if credits < 1 or (credits == 1 and not unreported):
-                break
+        room = self.conn.message_size - HEADER.size
+        while self.free and (self.outgoing or self.report_due()):
+            credits = self.conn.message_count + 1 - (self.sent - self.peer_taken) % COUNT_MODULO  # the bug
+            if credits < 1 or (credits == 1 and self.taken == self.reported):
+                return
             chunk = bytes(self.outgoing[:room])
             del self.outgoing[:room]
             index = self.free.popleft()
-            self.reported, self.unreported_data = self.taken, 0
+            self.reported = self.taken
             self.sent += 1
             self.sends[index] = self.send_message(index, HEADER.pack(self.taken % COUNT_MODULO) + chunk)
-            moved = True
-        return moved
 
 
 class GenerousConnection(SimpleConnection):

@@ -41,7 +41,7 @@ class ReceiveFirstEndpoint(SimpleEndpoint):
         regions = [item for item in found if item[1] in self.handles]
         rest = [item for item in found if item[1] not in self.handles]
         if not self.handles and self.recv_handle is not None \
-                and not any(not self.done(op) for _, op in self.receives):
+                and all(op.done() for _, op in self.receives):
             regions = [(self.provider.deregister_memory, self.recv_handle)]  # the send region was never made
         return regions[::-1] + rest  # the receive region first
 

@@ -50,9 +50,9 @@ class SplitEndpoint(SimpleEndpoint):
     def releases(self) -> list[Release]:
         found: list[Release] = []
         pieces: tuple[list[Handle], list[Handle]] = getattr(self, "pieces", ([], []))
-        if not any(not self.done(op) for op in self.sends.values()):
+        if all(op.done() for op in self.sends.values()):
             found += [(self.provider.deregister_memory, handle) for handle in pieces[0]]
-        if not any(not self.done(op) for _, op in self.receives):
+        if all(op.done() for _, op in self.receives):
             found += [(self.provider.deregister_memory, handle) for handle in pieces[1]]
         return found + super().releases()  # the transfers' (self.handles stays empty)
 
