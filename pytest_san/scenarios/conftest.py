@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_san import Backend, Connection, Switch
+from pytest_san import Backend, Connection, Switch, protocols
 
+from ..plugin.fixtures import make_switch
 from .support import RawEnd, close_ends
 from .watching import Watched
 
@@ -30,11 +31,11 @@ def raw_pair(san_backend: Backend, san_switch: object) -> Iterator[tuple[RawEnd,
 
 
 @pytest.fixture
-def watched_switch(san_backend: Backend, request: pytest.FixtureRequest) -> Iterator[tuple[Switch, Watched]]:
+def watched_switch(san_backend: Backend,
+                   request: pytest.FixtureRequest) -> Iterator[tuple[protocols.Switch, Watched]]:
     """The switch under test (``pytest_san_make_switch``'s, else pytest-san's own) made over ``Watched(backend)``,
     which writes down each provider call the switch makes; its connections are closed afterwards."""
     backend = Watched(san_backend)
-    made = request.config.hook.pytest_san_make_switch(config=request.config, backend=backend)
-    switch = made if made is not None else Switch(backend)
+    switch = make_switch(request.config, backend)
     yield switch, backend
     switch.close_all()

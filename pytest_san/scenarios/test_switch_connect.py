@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from pytest_san import Backend, Connection, Node, Process, SanError, Switch, WsaError
+from pytest_san.protocols import SwitchConnection
 
+from ..plugin.fixtures import make_switch
 from .support import NEEDS_READ, TIMEOUT, fail_allocations
 from .watching import Watched, left_registered
 
@@ -35,7 +37,7 @@ def _same(a: Process, b: Process) -> bool:
     return a.pid == b.pid and a.node.name == b.node.name
 
 
-def _carries(conn: Connection, data: bytes) -> None:
+def _carries(conn: SwitchConnection, data: bytes) -> None:
     """``data`` both ways, whole and in order."""
     conn.local.send(data)
     conn.remote.send(data[::-1])
@@ -84,6 +86,30 @@ def test_each_end_is_the_process_the_connect_names(san_switch: Switch, san_backe
     _carries(conn, bytes(range(256)) * 3)
 
 
+@pytest.mark.san_rule("R9")
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_the_default_ends_on_a_backend_of_one_or_two_nodes(san_backend: Backend, request: pytest.FixtureRequest,
+                                                          nodes: int) -> None:
+    """``connect()`` over a backend of one node joins its default process to itself, over two the first node's to
+    the second's (``protocols.Switch``): the switch made over the backend's first nodes alone."""
+    view = Watched(san_backend, nodes=nodes)
+    switch = make_switch(request.config, view)
+    try:
+        conn = switch.connect()
+        assert _same(conn.local.process, view.nodes[0].default_process)
+        assert _same(conn.remote.process, view.nodes[nodes - 1].default_process)
+        _carries(conn, b"between the default processes")
+    finally:
+        switch.close_all()
+
+
+class _AllocOnly:
+    """A process's ``alloc`` and nothing else of it."""
+
+    def alloc(self, length: int) -> None:
+        raise AssertionError("a switch given something that is no process allocated from it")
+
+
 # -- bad options: refused by name, before anything is built ------------------------------------------
 
 BAD: list[tuple[dict[str, Any], str]] = [
@@ -98,13 +124,13 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"message_count": None}, "message_count"), ({"message_count": 0}, "message_count"),
     ({"message_count": -8}, "message_count"), ({"message_count": 1 << 40}, "message_count"),
     ({"peer": "node1"}, "peer"), ({"peer": 1}, "peer"), ({"process": object()}, "process"),
-    ({"process": b"node0"}, "process"),
+    ({"process": b"node0"}, "process"), ({"peer": _AllocOnly()}, "peer"),
 ]
 
 
 def _option_id(name: str, value: object) -> str:
     """The same id on every run (a bare object's repr names its address)."""
-    return f"{name}=object" if type(value) is object else f"{name}={value!r:.24}"
+    return f"{name}={type(value).__name__}" if type(value) in (object, _AllocOnly) else f"{name}={value!r:.24}"
 
 
 @pytest.mark.san_rule("R11")

@@ -9,6 +9,7 @@ import pytest
 from pytest_san import Backend, Connection, Endpoint, SanError, Switch, WsaError
 
 from .support import NEEDS_READ, TIMEOUT
+from .watching import Watched
 
 MODES = [pytest.param("read", marks=NEEDS_READ), "write"]
 THRESHOLD = 4096
@@ -45,6 +46,13 @@ def _close(conn: Connection, end: Endpoint, *, idle_regions: int = 0) -> None:
     with pytest.raises(SanError) as err:
         end.send(b"x")
     assert err.value.code is WsaError.WSAENOTSOCK
+    try:
+        moved = end.progress()
+    except SanError as exc:
+        assert exc.code is WsaError.WSAENOTSOCK
+    else:
+        assert moved is False  # a closed end moves nothing: its aborted operations are the provider's now
+    assert conn.trace[-1] == (end.name, "close_socket")
 
 
 def _prefix_after_close(closer: Endpoint, peer: Endpoint, sent: bytes) -> None:
@@ -146,8 +154,87 @@ def test_a_dropped_link_fails_both_ends_and_close_releases(san_switch: Switch, s
     a.send(large)
     faults.drop_link(a.process.node, b.process.node)
     for end in (a, b):
-        with pytest.raises(SanError):
-            end.recv(len(small) + len(large) + 1, timeout=TIMEOUT)
+        for _ in range(conn.message_count + 2):  # more receives than either end posted: each one fails
+            with pytest.raises(SanError):
+                end.recv(len(small) + len(large) + 1, timeout=TIMEOUT)
     faults.restore_link(a.process.node, b.process.node)
     conn.close()
     conn.close()
+
+
+@pytest.mark.san_rule("R10", "R11")
+@pytest.mark.san_requires("faults")
+def test_flush_waits_for_an_rdma_write_in_flight(san_switch: Switch, san_backend: Backend) -> None:
+    """``flush`` returns only once every large transfer has finished: with the sender's RDMA write held (capability
+    ``faults``) it times out, and once released it finishes and the receiver has every byte."""
+    faults = san_backend.faults
+    assert faults is not None
+    conn = san_switch.connect(rdma_threshold=THRESHOLD, rdma_mode="write", message_size=256, message_count=3)
+    a, b = conn.local, conn.remote
+    _, large = _data(conn)
+    regions = _kinds(a).count("memory")
+    a.send(large)
+    faults.hold(a.socket)
+    try:
+        conn.run_until(lambda: _kinds(a).count("memory") > regions, TIMEOUT, "the RDMA write's registration")
+        with pytest.raises(TimeoutError):
+            conn.flush(timeout=0.2)  # held until released below, however long it waits
+    finally:
+        faults.release(a.socket)
+    conn.flush(timeout=TIMEOUT)
+    assert b.recv(len(large), timeout=TIMEOUT) == large
+
+
+REFUSED = "refused by the scenario"
+
+
+def _close_left_sockets(watched: Watched) -> None:
+    """Close each socket the switch made a call on and left open (a switch may stop at a refused step)."""
+    for call in watched.calls:
+        node = next(n for n in watched.nodes if n.name == call.node)
+        if not call.socket.closed:
+            node.provider.close_socket(call.socket)
+
+
+@pytest.mark.san_rule("R11")
+def test_a_deregistration_the_provider_refuses_fails_close_all(watched_switch: tuple[Switch, Watched]) -> None:
+    """The provider refuses the first deregistration of ``close_all`` (a SanError no public call could make a
+    correct provider raise): ``close_all`` raises one SanError with a code and naming it; only a socket already
+    gone (WSAENOTSOCK) is no failure."""
+    switch, watched = watched_switch
+    conn = switch.connect()
+    conn.local.send(b"a message each way")
+    conn.remote.send(b"a message each way")
+    assert conn.remote.recv(18, timeout=TIMEOUT) == conn.local.recv(18, timeout=TIMEOUT)
+    conn.flush(timeout=TIMEOUT)
+    watched.refuse("deregister_memory", SanError(WsaError.WSAEFAULT, REFUSED))
+    try:
+        with pytest.raises(SanError) as info:
+            switch.close_all()
+        assert isinstance(info.value.code, WsaError) and info.value.code is not WsaError.WSAENOTSOCK
+        assert REFUSED in str(info.value)
+    finally:
+        _close_left_sockets(watched)
+
+
+@pytest.mark.san_rule("R11")
+@pytest.mark.parametrize("at", [0, 1, 2, 3], ids=lambda at: f"registration-{at}")
+def test_a_connect_refused_whose_release_is_refused_too_raises_a_san_error(
+        watched_switch: tuple[Switch, Watched], at: int) -> None:
+    """A connect whose ``at``-th registration is refused, and whose first release of what it built is refused
+    too: the connect raises a SanError (its own failure or the release's), never another exception in its place;
+    the switch goes on connecting."""
+    switch, watched = watched_switch
+    watched.refuse("register_memory", SanError(WsaError.WSAENOBUFS, REFUSED), after=at)
+    watched.refuse("deregister_memory", SanError(WsaError.WSAEFAULT, REFUSED))
+    try:
+        with pytest.raises(SanError) as info:
+            switch.connect()
+        assert info.value.code in (WsaError.WSAENOBUFS, WsaError.WSAEFAULT)
+    finally:
+        watched.refuse("register_memory", SanError(WsaError.WSAENOBUFS, REFUSED), times=0)
+        watched.refuse("deregister_memory", SanError(WsaError.WSAEFAULT, REFUSED), times=0)
+        _close_left_sockets(watched)
+    conn = switch.connect()
+    conn.local.send(b"and the next connect works")
+    assert conn.remote.recv(26, timeout=TIMEOUT) == b"and the next connect works"

@@ -4,6 +4,9 @@ A connection's ``trace`` is the switch's own account of its calls, and a connect
 read it from. A switch made over ``Watched(backend)`` reaches its providers through the nodes and processes this
 backend hands out, so each call it makes lands in ``calls`` as it is made: the scenario reads what the switch did
 itself. Everything else is the wrapped backend's, unchanged.
+
+``refuse`` makes the next calls of a method fail with a given error before they reach the provider: a provider
+that refuses, say, a deregistration, which no public call could make a correct provider do.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ class Call:
 
 
 class _Provider:
-    def __init__(self, inner: Any, node: str, calls: list[Call]) -> None:
-        self._inner, self._node, self._calls = inner, node, calls
+    def __init__(self, inner: Any, node: str, watched: Watched) -> None:
+        self._inner, self._node, self._watched = inner, node, watched
+        self._calls = watched.calls
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._inner, name)
@@ -46,6 +50,7 @@ class _Provider:
             at = len(self._calls)
             self._calls.append(Call(self._node, name, socket, args))  # in the order made, then its outcome
             try:
+                self._watched.refusal(name)
                 result = found(socket, *args)
             except BaseException as exc:
                 self._calls[at] = dataclasses.replace(self._calls[at], error=exc)
@@ -59,7 +64,7 @@ class _Provider:
 class _Node:
     def __init__(self, watched: Watched, inner: Node) -> None:
         self._watched, self._inner = watched, inner
-        self.provider = _Provider(inner.provider, inner.name, watched.calls)
+        self.provider = _Provider(inner.provider, inner.name, watched)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -85,14 +90,16 @@ class _Process:
 
 
 class Watched:
-    """``backend`` with every provider call made through its nodes and processes in ``calls``."""
+    """``backend`` with every provider call made through its nodes and processes in ``calls``; ``nodes``: only its
+    first so many nodes (a smaller lab, made of the same hosts)."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, nodes: int | None = None) -> None:
         self._inner = backend
         self.calls: list[Call] = []
+        self._refusing: dict[str, list[BaseException | None]] = {}
         self._nodes: dict[int, _Node] = {}
         self._processes: dict[int, _Process] = {}
-        self.nodes = [self.node(node) for node in backend.nodes]
+        self.nodes = [self.node(node) for node in backend.nodes[:nodes]]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -102,6 +109,19 @@ class Watched:
 
     def process(self, inner: Process) -> _Process:
         return self._processes.setdefault(id(inner), _Process(self, inner))
+
+    def refuse(self, method: str, error: BaseException, times: int = 1, after: int = 0) -> None:
+        """Once ``after`` more calls of ``method`` (on any node) went through, the next ``times`` raise ``error``
+        and reach no provider; ``times=0`` ends a refusal."""
+        self._refusing[method] = [None] * after + [error] * times if times else []
+
+    def refusal(self, method: str) -> None:
+        """Raise the refusal waiting for ``method``, if its turn has come."""
+        waiting = self._refusing.get(method)
+        if waiting:
+            error = waiting.pop(0)
+            if error is not None:
+                raise error
 
     def connect_sockets(self, a: Any, b: Any) -> Any:
         return self._inner.connect_sockets(getattr(a, "inner", a), getattr(b, "inner", b))
