@@ -366,7 +366,7 @@ class SwitchEndpoint(Protocol):
         ...
     def progress(self) -> bool:
         """Move this end alone as far as it can now (reap completions, handle messages, send what flow control
-        allows); whether anything moved."""
+        allows); whether anything moved. A closed end moves nothing (False, or SanError WSAENOTSOCK)."""
         ...
     def close(self) -> None:
         """R11: deregister every region no pending operation uses, then close the socket; a second call does
