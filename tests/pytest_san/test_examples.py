@@ -1,4 +1,5 @@
-"""The plugin as downstream projects use it: a test file from CONTRACT.md section 5, and a broken provider."""
+"""The plugin as downstream projects use it: the README's example and a test file from CONTRACT.md section 5, and
+a broken provider."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import readme
+
 HERE = Path(__file__).resolve().parents[1]
 
 
 def test_downstream_file_passes_with_the_installed_plugin(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_downstream=(HERE / "support" / "downstream_example.py").read_text())
+    pytester.makepyfile(test_readme=readme.example(),
+                        test_downstream=(HERE / "support" / "downstream_example.py").read_text())
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
 

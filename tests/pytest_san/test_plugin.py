@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_san.report import RULE_IDS, ConformanceReport, TestResult, leak_rules
+from tests.support import readme
 
 # A backend that only does what the plugin needs: named "fake", leaks what a test puts in `live`,
 # and logs when it is made and closed so tests can count.
@@ -588,29 +589,9 @@ def test_make_backend_hook_replaces_the_default(pytester: pytest.Pytester) -> No
 
 # --- with the real emulator -------------------------------------------------------------------
 
-EXAMPLE_TEST = """
-    import pytest
-    from pytest_san import Access, Status
-
-    @pytest.mark.san_rule("R2")
-    def test_example(san_switch, san_provider, san_proxy, san_backend):
-        conn = san_switch.connect()
-        a, b = conn.local, conn.remote
-        src = a.process.alloc(4096)
-        src.write(b"x" * 4096)
-        h = a.provider.register_memory(a.socket, src, Access.READ)
-        dst = b.process.alloc(4096)
-        desc = b.provider.register_rdma_memory(b.socket, dst, Access.WRITE)
-        done = a.provider.rdma_write(a.socket, [(src, h)], desc, offset=0).wait(timeout=10)
-        assert done.status is Status.SUCCESS and done.bytes == 4096
-        assert dst.read(4096) == b"x" * 4096
-        a.provider.deregister_memory(a.socket, h)
-        b.provider.deregister_rdma_memory(b.socket, desc)
-"""
-
-
 def test_spec_example_on_the_emulator(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_example=EXAMPLE_TEST)
+    """The README's example, counted under a rule (R2: its descriptor serves the connected peer)."""
+    pytester.makepyfile(test_example='import pytest\n\npytestmark = pytest.mark.san_rule("R2")\n' + readme.example())
     result = pytester.runpytest("--san-report", "san-report.json")
     result.assert_outcomes(passed=1)
     data = _report(pytester)

@@ -7,26 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import readme
+
 # The engine and loopback come only from the vars directories: without them the host would be a verbs one.
 HOSTS = "# this machine\n[san]\nlocalhost ansible_connection=local\n"
 VARS = {"group_vars/san.yml": "san_engine: emulator\n", "host_vars/localhost/loopback.yml": "san_loopback: true\n"}
 
-TRANSFER = """
-from pytest_san import Access, Status
+# The README's example, and where the backend's hosts came from (printed: ``-s``).
+TRANSFER = readme.example() + """
 
-
-def test_transfer(san_switch, san_backend):
+def test_hosts(san_backend):
     print("HOSTS", [(a.host.name, a.host.connection, a.host.engine, a.host.loopback) for a in san_backend.agents])
-    conn = san_switch.connect()
-    a, b = conn.local, conn.remote
-    src = a.process.alloc(4096)
-    src.write(b"x" * 4096)
-    h = a.provider.register_memory(a.socket, src, Access.READ)
-    dst = b.process.alloc(4096)
-    desc = b.provider.register_rdma_memory(b.socket, dst, Access.WRITE)
-    done = a.provider.rdma_write(a.socket, [(src, h)], desc, offset=0).wait(timeout=10)
-    assert done.status is Status.SUCCESS and done.bytes == 4096
-    assert dst.read(4096) == b"x" * 4096
 """
 LOCAL_EMULATOR = "HOSTS [('localhost', 'local', 'emulator', True)]"
 
@@ -47,7 +38,7 @@ def test_the_hil_backend_runs_from_an_ini_inventory_with_vars_directories(pytest
     _lab(pytester.path)
     pytester.makepyfile(test_one=TRANSFER)
     result = _run(pytester, "--san-backend=hil", "--san-inventory=hosts")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     assert LOCAL_EMULATOR in result.stdout.str()
 
 
@@ -57,7 +48,7 @@ def test_san_inventory_names_an_ini_inventory(pytester: pytest.Pytester, monkeyp
     monkeypatch.setenv("SAN_BACKEND", "hil")
     monkeypatch.setenv("SAN_INVENTORY", str(_lab(tmp_path)))
     result = _run(pytester)
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     assert LOCAL_EMULATOR in result.stdout.str()
 
 
