@@ -1,4 +1,4 @@
-"""Declared deviations: a rule an implementation under test breaks on purpose, and why (SPEC 5.1).
+"""Declared deviations: a rule an implementation under test breaks on purpose, and why (docs/deviations.md).
 
 Google's rdma-unit-test keeps a table of known deviations per device, each with its reason; this is
 pytest-san's. A provider, proxy, switch or backend declares a ``Deviation`` (through the

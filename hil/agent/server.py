@@ -108,7 +108,7 @@ def serve(engine_name: str, host: str, options: str, content_hash: str, stdin: B
         ahead = _Ahead(engine) if hasattr(engine, "prefetch") else None
         dispatcher = Dispatcher(codec, _handlers(engine), ahead)
         hello = {"protocol": wire.PROTOCOL_VERSION, "hash": content_hash, "pid": os.getpid(),
-                 "kernel": os.uname().release,  # the report's "kernel" (SPEC 5.1)
+                 "kernel": os.uname().release,  # the report's "kernel" (docs/downstream.md)
                  "engine_ref": codec.encode(engine), **{k: codec.encode(v) for k, v in engine.hello().items()}}
     except Exception as exc:  # no such device, GID index not set, port down, no pyverbs: say why, then go
         if engine is not None:

@@ -1,5 +1,5 @@
 """The kernels of a run's hosts, and what their RDMA resource tracking showed: the report's ``"kernel"`` and
-``"kernel_resources"`` (SPEC 5.1).
+``"kernel_resources"`` (docs/downstream.md, docs/lab.md).
 
 Each agent says in its hello which kernel its host runs and whether it reads the kernel's record of the
 RDMA objects its processes hold (the verbs engine's witness, hil/agent/engines/verbs/witness.py). Its

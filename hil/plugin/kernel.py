@@ -1,4 +1,5 @@
-"""The report's ``"kernel"``, ``"kernel_resources"`` and ``"proxy"`` (SPEC 5.1), under pytest and pytest-xdist.
+"""The report's ``"kernel"``, ``"kernel_resources"`` and ``"proxy"`` (docs/downstream.md), under pytest and
+pytest-xdist.
 
 The backend's :class:`~hil.controller.kernel.KernelLog` gathers what each host's agent said (its kernel
 release, the kernel witness's readings from every end-of-test batch). Here each test's readings are filed

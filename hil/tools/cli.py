@@ -13,7 +13,7 @@ from hil.tools.console import log_to_stderr, safe_streams
 from hil.transport.base import TransportError
 from pytest_san import __version__
 
-# --hosts is a count of guests in `lab up`/`lab run` (SPEC 5.1); host names are --limit, as in Ansible.
+# --hosts is a count of guests in `lab up`/`lab run` (docs/lab.md); host names are --limit, as in Ansible.
 LIMIT_HELP = "comma-separated names of the group's hosts to use (default: all of them)"
 HOSTS_RENAMED = "host names are selected with --limit NAMES; --hosts N is the number of guests of `san-hil lab up`"
 VERBOSE_HELP = "also show agents starting and stopping, SSH connections and leases (hil's DEBUG records)"

@@ -9,7 +9,7 @@ Each is checked before anything runs (``pytest_san.mutants.plugins``) and its di
 
 First the suite runs on the providers as they are (the baseline: what it fails there proves nothing about an
 entry), then once per entry with the entry's plugin loaded (``-p``), each a pytest subprocess writing its
-``--san-report``. An entry's ``failed`` rules are those it fails that the baseline passed. Verdicts (SPEC 5.1):
+``--san-report``. An entry's ``failed`` rules are those it fails that the baseline passed. Verdicts (docs/providers.md):
 
 * ``caught``: it failed a rule it breaks; ``caught_under`` says whether under ``all`` of them or ``some``, and
   ``missed`` names the rules it breaks that the verdict did not fail (a rule no scenario ran here aside): the

@@ -4,7 +4,7 @@ The reference model answers as the emulator does, except for exactly these cases
 the capability named (or on every backend, where none is named): there it expects what ``accepted`` says
 instead (the model's code checks ``Alternative.id`` in its active set; nothing else differs). Where
 ``accepted`` names a refusal at the call *or* the emulator's answer, either is accepted, call by call: a
-call refused so changes nothing (CONTRACT.md section 6), and the model goes on from before it. Every
+call refused so changes nothing (CONTRACT.md section 4), and the model goes on from before it. Every
 other difference between a backend and the model is a bug in one of them. The table of alternatives in
 the docs (``docs/model.md``) is ``markdown_table()`` (tests/pytest_san/test_model_alternatives.py keeps
 them in step).
@@ -141,7 +141,7 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "emulator, the error completion",
                 "CONTRACT.md section 2: rejected is a SanError at the call or an error completion, no byte moving "
                 "either way; a provider that keeps its own table of what each handle allows may check it before "
-                "it posts (section 6: bad buffers are WSAEFAULT or WSAEINVAL at the call)",
+                "it posts (section 4: bad buffers are WSAEFAULT or WSAEINVAL at the call)",
                 rule="R14", why="spec-ambiguity"),
 )
 

@@ -20,7 +20,7 @@ from .steps import Transfer, View
 R, W = int(Access.READ), int(Access.WRITE)
 S = Status
 BAD_ENTRY_CODES = frozenset({"WSAEFAULT", "WSAEINVAL"})
-"""What a provider may raise at the call for a scatter entry it refuses (CONTRACT.md section 6)."""
+"""What a provider may raise at the call for a scatter entry it refuses (CONTRACT.md section 4)."""
 
 
 class TransferModel:

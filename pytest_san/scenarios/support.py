@@ -121,8 +121,8 @@ RDMA_KINDS = ["rdma_write", pytest.param("rdma_read", marks=NEEDS_READ)]
 
 
 def fail_allocations(faults: Faults, node: Node, count: int, after: int) -> None:
-    """``faults.fail_allocations(node, count, after=after)``; a Faults written before ``after`` (SPEC 5.1 added
-    it, optional) skips the test where ``after`` is asked for, and takes the old call where it is 0."""
+    """``faults.fail_allocations(node, count, after=after)``; a Faults written before ``after`` (``after`` came
+    later, and is optional) skips the test where ``after`` is asked for, and takes the old call where it is 0."""
     if not after:
         faults.fail_allocations(node, count)
         return

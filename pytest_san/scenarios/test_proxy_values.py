@@ -1,7 +1,7 @@
 """The proxy's arguments at their edges (P2, P4, P5): sizes no host has, integers of another int type, and
 values that equal the right ones without being integers (``4096.0``, ``True`` for 1).
 
-An int subclass (an IntEnum) is an integer (section 6): it must work as its value. A float or a bool that
+An int subclass (an IntEnum) is an integer (CONTRACT.md section 4): it must work as its value. A float or a bool that
 compares equal to the value a free needs is still no integer: WSAEINVAL, and the thing stays live, to be freed
 with the right values after.
 """

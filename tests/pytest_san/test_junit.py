@@ -1,4 +1,4 @@
-"""The rules in JUnit XML (CONTRACT.md section 5.1, pytest_san/plugin/junit.py): per test under xunit1 and
+"""The rules in JUnit XML (docs/reports.md, pytest_san/plugin/junit.py): per test under xunit1 and
 legacy, one suite-level JSON property under xunit2, without a warning; the same under pytest-xdist."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 "Documented alternatives": ``refused-at-the-call`` and ``rdma-read-one-buffer``).
 
 "Rejected" is a SanError at the call or an error completion, no byte moving either way (CONTRACT.md section 2),
-and a call refused changes nothing (section 6). So the model takes either answer to a transfer with a bad scatter
+and a call refused changes nothing (section 4). So the model takes either answer to a transfer with a bad scatter
 entry, and to a read into several buffers where the provider lacks ``rdma_read_scatter``, on every backend; a
 refusal after something moved or changed, or of a transfer the contract lets through, still diverges.
 """
@@ -94,7 +94,7 @@ def test_a_good_transfer_may_not_be_refused() -> None:
 
 def test_a_refusal_at_the_call_leaves_the_model_as_before_the_call() -> None:
     """The completion path breaks the connection and flushes the peer's receive; the refusal at the call changes
-    nothing (section 6), so the model goes back: the receive is still pending, both ends connected."""
+    nothing (CONTRACT.md section 4), so the model goes back: the receive is still pending, both ends connected."""
     model = _model()
     exp = model.apply(_transfer("send", BAD_ENTRIES["a range outside the registration"], 1))
     assert (model.socks[0].state, model.socks[1].state) != ("connected", "connected") and 9 in exp.done

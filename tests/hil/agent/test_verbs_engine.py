@@ -678,7 +678,7 @@ def test_bad_input_is_refused_before_anything_changes(spawn: Callable[..., host.
     assert done == {"status": Status.LOCAL_PROTECTION.value, "bytes": 0} and target.unchanged()
     a.call("deregister_memory", socket=sa, handle=h)
     assert a.call("registrations", socket=sa) == []
-    record("SPEC6", "access True/1.0/'1'/None, negative length, descriptor_size '20', getsockopt 'x'/None, "
+    record("BAD-INPUT", "access True/1.0/'1'/None, negative length, descriptor_size '20', getsockopt 'x'/None, "
                     "malformed scatter lists, offset True -> WSAEINVAL at the call; nothing changed")
 
 

@@ -90,8 +90,9 @@ def test_downstream_file_over_ssh(pytester: pytest.Pytester, lab_host: HostConfi
 
 
 def test_the_report_names_each_hosts_kernel(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
-    """SPEC 5.1: "kernel" is each host's kernel release as its agent saw it; "kernel_resources" what the kernel's
-    RDMA resource tracking showed, which an emulator-engine host does not read (the verbs engine does: lab)."""
+    """The report (docs/downstream.md): "kernel" is each host's kernel release as its agent saw it;
+    "kernel_resources" what the kernel's RDMA resource tracking showed, which an emulator-engine host does not
+    read (the verbs engine does: lab)."""
     inv = inventory(pytester.path / "lab.json", lab_host)
     pytester.makepyfile(test_downstream=(TESTS / "support" / "downstream_example.py").read_text())
     report = _report(pytester, "--san-backend=hil", f"--san-inventory={inv}")

@@ -7,10 +7,10 @@ marked in use; the connection stays up. Calls with any other fault (a bad socket
 entries, unknown handles, zero-length entries) are left to the wrapped provider, so the refusal only replaces
 the error completion the wrapped provider would give for the same call.
 
-Why the contract allows it: "Rejected means a SanError at the call, or an error completion; in no case does a
-byte move" (SPEC section 3), and the documented alternative ``refused-at-the-call`` (docs/deviations.md: "a
-provider that keeps its own table of what each handle allows may check it before it posts", answering WSAEFAULT
-or WSAEINVAL at the call, changing nothing).
+Why the contract allows it: "Rejected [...] means a `SanError` at the call or an error completion, and in either
+case not one byte moves" (CONTRACT.md section 3), and the documented alternative ``refused-at-the-call``
+(docs/deviations.md: "a provider that keeps its own table of what each handle allows may check it before it
+posts", answering WSAEFAULT or WSAEINVAL at the call, changing nothing).
 """
 
 from __future__ import annotations

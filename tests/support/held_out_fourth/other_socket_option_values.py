@@ -4,7 +4,7 @@ getsockopt checks the socket and the option as before and answers these values; 
 (up to the wrapped provider's own limit, which is larger), so a switch that cuts RDMA into pieces of the size
 the option says, and moves by RDMA what is above the threshold it says, works.
 
-Why the contract allows it: SPEC section 2 names the options and says getsockopt gives "the option's value";
+Why the contract allows it: CONTRACT.md section 2 names the options and says getsockopt gives "the option's value";
 the values are the provider's own (docs/switches.md: "rdma_threshold None or left out: the switch's own, which
 for pytest-san's is the provider's SO_RDMA_THRESHOLD_SIZE"; the threshold a connection uses is the one it
 declares).

@@ -5,9 +5,10 @@ registration the wrapped provider counts; a token is never handed out again), an
 probe with 8: a ``descriptor_size`` below 8 is WSAEFAULT with ``required_size=8``. A token it does not know is
 a descriptor naming no window; bytes of any other length are a malformed descriptor.
 
-Why the contract allows it: SPEC section 2, "a descriptor is opaque bytes whose length the provider chooses
-and the descriptor_size probe reveals; one of any other length is WSAEINVAL (20 bytes is what this project's
-own providers chose)". Shorter than 20 is as legal as longer (the corpus's legal variant is longer).
+Why the contract allows it: CONTRACT.md section 2, "an RDMA descriptor is opaque bytes of a length the provider
+chooses: a caller learns it through the `descriptor_size` probe [...], and a descriptor of any other length is
+WSAEINVAL. 20 bytes is only what pytest-san's own providers chose". Shorter than 20 is as legal as longer (the
+corpus's legal variant is longer).
 """
 
 from __future__ import annotations

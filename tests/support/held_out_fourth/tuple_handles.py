@@ -4,8 +4,8 @@ The provider hands out ``("h", node, serial)`` for each distinct registration (t
 registration the wrapped provider counts, R13) and translates it back at every call; any value that is not one of
 its live or past handles is treated as a handle nobody holds.
 
-Why the contract allows it: SPEC section 2, "a handle is an opaque, hashable value the provider chooses, compared
-by equality (never assumed to be an int)".
+Why the contract allows it: CONTRACT.md section 2, "a handle is an opaque, hashable value the provider chooses (an int,
+a string, ...), compared by equality and never assumed to be an int".
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
                "siw_tx_hdt dereferences the NULL memory object of a zero-length SGE in a send or RDMA write: an "
                "oops, and the device hangs",
                "a zero-length scatter entry is not posted (a send left with none goes with no SGE)",
-               rule="R14",  # a zero-length entry is legal (CONTRACT.md section 6): it must complete
+               rule="R14",  # a zero-length entry is legal (CONTRACT.md section 4): it must complete
                retested=_BOTH_THERE),
     Workaround("siw-unchecked-remote-access", "siw",
                "the responder serves an RDMA read of an MR registered without REMOTE_READ (siw_qp_sq_proc checks "
