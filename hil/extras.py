@@ -7,7 +7,8 @@ from __future__ import annotations
 
 __all__ = ["missing_extra"]
 
-_EXTRA_OF = {"paramiko": "hil", "yaml": "hil", "matplotlib": "nightly", "pyroute2": "lab"}
+_EXTRA_OF = {"paramiko": "hil", "yaml": "hil", "matplotlib": "nightly", "pyroute2": "lab", "labgrid": "labgrid",
+             "grpc": "labgrid"}
 
 
 def missing_extra(exc: BaseException) -> str | None:

@@ -103,7 +103,15 @@ def waiting_message(host: str, holder: Mapping[str, object]) -> str:
 
 
 class LeaseTimeout(AgentError):
-    """No free hosts within the lease timeout; the message names every holder."""
+    """No free hosts within the lease timeout; the message names every holder, ``holders`` has their records
+    (host name -> :func:`describe_holder`'s record)."""
+
+    def __init__(self, message: str, holders: Mapping[str, Mapping[str, object]] | None = None) -> None:
+        super().__init__(message)
+        self.holders: dict[str, dict[str, object]] = {h: dict(r) for h, r in (holders or {}).items()}
+
+    def __reduce__(self) -> tuple[type[LeaseTimeout], tuple[str, dict[str, dict[str, object]]]]:
+        return type(self), (str(self), self.holders)  # pickles across xdist workers
 
 
 class LeaseRefused(AgentError):
@@ -219,7 +227,7 @@ class Leaser(Generic[A]):
         names = ", ".join(h.name for h in candidates)
         holders = "; ".join(f"host {host} is leased by {describe_holder(holder)}" for host, holder in busy.items())
         return LeaseTimeout(f"san: could not lease {wanted} of the hosts {names} within {self.policy.timeout:g} s "
-                            f"(--san-lease-timeout): {holders}")
+                            f"(--san-lease-timeout): {holders}", busy)
 
     def _wait(self, deadline: float) -> None:
         pause = self.policy.poll * (1 + random.random() / 2)

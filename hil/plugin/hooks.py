@@ -9,6 +9,7 @@ import pytest
 from hil.controller.backend import BackendBroken, HilBackend
 from hil.plugin.diagnostics import DIAGNOSTICS_PREFIX, collect
 from hil.plugin.hosts import select_hosts
+from hil.plugin.labgrid import check_labgrid, labgrid_filter, placed_backend
 from hil.plugin.xdist import lease_policy, leased_backend
 from pytest_san.plugin.hooks import created_backend
 
@@ -20,12 +21,17 @@ def pytest_san_backend_names(config: pytest.Config) -> Iterable[str]:
 def pytest_san_make_backend(config: pytest.Config, name: str) -> HilBackend | None:
     if name != "hil":
         return None
+    if labgrid_filter(config):
+        return placed_backend(config)
     return leased_backend(config, select_hosts(config))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     # The host list and the lease options are read (and any problem in them reported, as one UsageError)
     # once, before collection; not per test. In an xdist controller too, before any worker starts.
+    if labgrid_filter(session.config):
+        check_labgrid(session.config)  # the place is the hosts: its reservation waits for the first SAN test
+        return
     lease_policy(session.config, select_hosts(session.config))
 
 

@@ -18,7 +18,7 @@ import pytest
 from hil.extras import missing_extra
 from hil.inventory import HostConfig, InventoryError, load_inventory, parse_host_string
 
-__all__ = ["HOSTS_KEY", "inventory_path", "select_hosts"]
+__all__ = ["HOSTS_KEY", "apply_overrides", "inventory_path", "select_hosts"]
 
 HOSTS_KEY = pytest.StashKey[list[HostConfig]]()
 """The session's selected hosts, once :func:`select_hosts` has read them."""
@@ -88,6 +88,11 @@ def select_hosts(config: pytest.Config) -> list[HostConfig]:
 # --san-device / --san-port / --san-gid-index -> HostConfig field, and the check the inventory key gets
 _OVERRIDES = {"san_device": "device", "san_port": "device_port", "san_gid_index": "gid_index"}
 _RANGES = {"san_port": (1, 255), "san_gid_index": (0, None)}
+
+
+def apply_overrides(config: pytest.Config, host: HostConfig) -> HostConfig:
+    """``host`` with the command line's ``--san-device``, ``--san-port`` and ``--san-gid-index``."""
+    return _override(config, host)
 
 
 def _override(config: pytest.Config, host: HostConfig) -> HostConfig:

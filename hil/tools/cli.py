@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hil.tools.kernel_matrix import add_matrix_command
 
     add_matrix_command(commands)
+    from hil.tools.labgrid_reap import add_labgrid_command
+
+    add_labgrid_command(commands)
     refuse_renamed(commands.choices["nightly"], "--hosts", "--limit", HOSTS_RENAMED)
     _verbose_after_commands(parser)
     return parser

@@ -51,6 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "every capability named")
     config.addinivalue_line("markers", "san_nodes(n): the test uses the backend's first n nodes (default: the "
                                        "first two with san_switch or san_backend, else the first)")
+    if config.getoption("san_labgrid", None) and backend_name(config) != "hil":
+        raise pytest.UsageError(f"--san-labgrid chooses lab hosts for --san-backend=hil, not {backend_name(config)}")
     load_backend_plugin(config, backend_name(config))  # before other plugins configure: it may add hooks
     config.stash[REPORT_KEY] = ConformanceReport(backend_name(config))
     config.stash[PENDING_KEY] = {}
@@ -70,8 +72,11 @@ def pytest_report_header(config: pytest.Config) -> str:
 # --- the backend ----------------------------------------------------------------------------
 
 def backend_name(config: pytest.Config) -> str:
-    """``--san-backend``, else ``$SAN_BACKEND``, else the ``san_backend`` ini key, else the emulator."""
+    """``--san-backend``, else ``$SAN_BACKEND``, else hil with ``--san-labgrid``, else the ``san_backend`` ini
+    key, else the emulator."""
     name = config.getoption("san_backend") or os.environ.get("SAN_BACKEND")
+    if not name and config.getoption("san_labgrid", None):
+        return "hil"
     return str(name) if name else str(config.getini("san_backend") or DEFAULT_BACKEND)
 
 

@@ -113,6 +113,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--san-hosts-per-worker", metavar="N|auto|all", type=hosts_count, default=None,
                     help="hosts each pytest process or xdist worker leases out of the selected ones; auto "
                          "(default): 1 if every host is emulator-engine or san_loopback, else 2 (a pair)")
+    group.addoption("--san-labgrid", metavar="FILTER", default=None,
+                    help="take the lab hosts from a labgrid place with these tags (KEY=VALUE[,...], e.g. "
+                         "san=verbs-pair), reserved and acquired per pytest process or xdist worker; implies "
+                         "--san-backend=hil (extra pytest-san[labgrid]; docs/labgrid.md)")
+    group.addoption("--san-labgrid-coordinator", metavar="HOST[:PORT]", default=None,
+                    help="the labgrid coordinator for --san-labgrid (default: $LG_COORDINATOR, else the "
+                         "inventory's san_labgrid_coordinator)")
+    group.addoption("--san-labgrid-priority", metavar="N", type=float, default=None,
+                    help="the labgrid reservation's priority: higher is served first (default 0; nightly "
+                         "runs queue low, e.g. -10)")
     group.addoption("--san-device", metavar="NAME", default=None,
                     help="RDMA device on every selected host (overrides san_device)")
     group.addoption("--san-port", metavar="N", type=int, default=None,
