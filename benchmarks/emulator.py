@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_san import Access
-from pytest_san.emulator import EmulatorBackend
+from pytest_san.spi.emulator import EmulatorBackend
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -15,7 +15,7 @@ a. the lab's boot time: with ``--boot`` the wall time of ``san-hil lab up``; oth
 b. the wall time of ``python -m pytest --pyargs pytest_san.scenarios --san-backend=hil --san-inventory=...``
    in a subprocess, with its outcome counts;
 c. RDMA write bandwidth at 64 KiB between the first two guests: the harness (``hil.tools.bandwidth.measure_harness``:
-   ``pytest_san.burst.rdma_write_burst`` on the public API; on a verbs host the agent's process keeps 16
+   ``pytest_san.spi.burst.rdma_write_burst`` on the public API; on a verbs host the agent's process keeps 16
    writes in flight and reposts each as the previous completes, one controller round trip per burst) against
    ``ib_write_bw -s 65536 -n 2000 -F --report_gbits -d rxe0 -x 1`` (``hil.tools.bandwidth.measure_ib_write_bw``:
    server without an address on the second guest, client with the second guest's ``san_lab_address`` on

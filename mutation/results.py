@@ -29,8 +29,8 @@ def status_of(exit_code: int | None) -> str:
 
 @dataclass(frozen=True)
 class Mutant:
-    name: str  # mutmut's: pytest_san.emulator.proxy.xǁEmulatedProxyǁallocate_pages__mutmut_3
-    path: str  # pytest_san/emulator/proxy.py
+    name: str  # mutmut's: pytest_san.spi.emulator.proxy.xǁEmulatedProxyǁallocate_pages__mutmut_3
+    path: str  # pytest_san/spi/emulator/proxy.py
     function: str  # EmulatedProxy.allocate_pages
     status: str
     message_only: bool

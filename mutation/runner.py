@@ -118,7 +118,7 @@ def run_together(stats: dict[str, Any], patterns: list[str]) -> int:
 def run_all_for(stats: dict[str, Any], patterns: list[str]) -> int:
     """Functions that run while the session's fixtures are built (the backend's constructors) are recorded
     under the session's first test alone, yet every test uses what they built: their mutants get every test.
-    ``patterns`` match mutmut's names for functions (``pytest_san.emulator.proxy.xǁEmulatedProxyǁ__init__``).
+    ``patterns`` match mutmut's names for functions (``pytest_san.spi.emulator.proxy.xǁEmulatedProxyǁ__init__``).
     Returns how many functions gained tests."""
     everything = sorted(stats["duration_by_test"])
     widened = 0

@@ -2,7 +2,7 @@
 
 One entry per mutant, under a heading naming its file::
 
-    ## pytest_san/emulator/proxy.py
+    ## pytest_san/spi/emulator/proxy.py
 
     - `EmulatedProxy.allocate_pages` `3f2a9c1e` **equivalent**: why no provider can tell the difference.
       `n = size >> _SHIFT` -> `n = size << _SHIFT`

@@ -3,7 +3,8 @@
 The public names downstream tests use (CONTRACT.md section 5) are importable from here.
 """
 
-from .contract import (
+from .deviations import Deviation
+from .spi.contract import (
     DO_DIRECT_IO,
     FOUR_GIB,
     PAGE_SIZE,
@@ -18,8 +19,7 @@ from .contract import (
     Status,
     WsaError,
 )
-from .deviations import Deviation
-from .protocols import (
+from .spi.protocols import (
     Backend,
     Buffer,
     Descriptor,

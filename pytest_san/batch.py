@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, cast, runtime_checkable
 
-from .contract import Completion
-from .protocols import PendingOperation, Process, Socket
+from .spi.contract import Completion
+from .spi.protocols import PendingOperation, Process, Socket
 
 __all__ = ["Answered", "Batch", "Batching", "Call", "Later", "Outcome", "batch", "done_ahead", "first_error",
            "is_alive", "is_closed", "is_connected", "is_done", "made_one_by_one", "named", "raise_first", "values",

@@ -1,4 +1,4 @@
-"""CONTRACT.md's table "The reference order of checks", rendered from ``pytest_san.checks.CHECKS``.
+"""CONTRACT.md's table "The reference order of checks", rendered from ``pytest_san.spi.checks.CHECKS``.
 
 Documentation, not a check: it lives beside ``checks`` rather than in it, so that what the conformance run
 judges (and mutation testing mutates) is the checks alone. tests/pytest_san/test_contract_doc.py keeps
@@ -8,7 +8,7 @@ CONTRACT.md's table equal to ``markdown_table()``; to update the contract after 
 
 from __future__ import annotations
 
-from .checks import CALLS, CHECKS
+from .spi.checks import CALLS, CHECKS
 
 _RDMA_CALLS = "`rdma_write`, `rdma_read`, `rdma_write_burst`, `rdma_read_burst`"
 

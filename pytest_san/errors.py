@@ -1,4 +1,4 @@
-"""Deprecated alias: ``SanError`` and ``WsaError`` live in ``pytest_san.contract`` and are imported from
+"""Deprecated alias: ``SanError`` and ``WsaError`` live in ``pytest_san.spi.contract`` and are imported from
 ``pytest_san`` (CONTRACT.md section 5). Importing them from here still works, with a DeprecationWarning.
 """
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ._deprecated import forward
 
 if TYPE_CHECKING:
-    from .contract import SanError, WsaError
+    from .spi.contract import SanError, WsaError
 
 __all__ = ["SanError", "WsaError"]
 

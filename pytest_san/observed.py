@@ -31,7 +31,7 @@ import base64
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from .protocols import Node
+from .spi.protocols import Node
 
 __all__ = ["CallFailed", "CallHung", "Calls", "NvmeFabric", "Observed", "ObservedProcess", "Observing", "ProcessGone",
            "RogueTarget", "RsocketsProcess"]

@@ -1,4 +1,4 @@
-"""Deprecated alias: the contract's value types and constants live in ``pytest_san.contract`` and are imported
+"""Deprecated alias: the contract's value types and constants live in ``pytest_san.spi.contract`` and are imported
 from ``pytest_san`` (CONTRACT.md section 5). Importing a name from here still works, with a DeprecationWarning.
 """
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ._deprecated import forward
 
 if TYPE_CHECKING:
-    from .contract import (
+    from .spi.contract import (
         DO_DIRECT_IO,
         FOUR_GIB,
         PAGE_SIZE,

@@ -91,7 +91,7 @@ def test_the_api_reference_lists_every_public_name_and_hook(built: Path) -> None
     hooks = [name for name in vars(hookspecs) if name.startswith("pytest_san_")]
     assert hooks and not [h for h in hooks if f"pytest_san.plugin.hookspecs.{h}" not in ids]
     assert "pytest_san.batch.Batching" in ids and "pytest_san.batch.Batch.call" in ids
-    assert "pytest_san.burst.BurstProvider" in ids
+    assert "pytest_san.spi.burst.BurstProvider" in ids
 
 
 def _text(html: Path) -> str:

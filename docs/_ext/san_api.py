@@ -3,7 +3,7 @@
 ``.. san-public-names::`` documents each class of ``pytest_san.__all__`` with autodoc and each constant or type
 alias (``PAGE_SIZE``, ``Handle = int``) as data, its value and the ``#:`` comment or docstring its defining
 module gives it; ``|exported protocols|`` in a page becomes the protocols listed there, so that
-``pytest_san.protocols``' own section can leave them out.
+``pytest_san.spi.protocols``' own section can leave them out.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sphinx.util.docutils import SphinxDirective
 
 import pytest_san
 
-DEFINING_MODULES = ("pytest_san.contract", "pytest_san.protocols")
+DEFINING_MODULES = ("pytest_san.spi.contract", "pytest_san.spi.protocols")
 
 
 def _is_defined_class(name: str, value: object) -> bool:
@@ -56,7 +56,7 @@ class PublicNames(SphinxDirective):
 
 
 def exported_protocols() -> list[str]:
-    import pytest_san.protocols as protocols
+    import pytest_san.spi.protocols as protocols
 
     return sorted(name for name in pytest_san.__all__ if getattr(protocols, name, None) is getattr(pytest_san, name))
 

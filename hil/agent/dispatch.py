@@ -18,7 +18,7 @@ from hil.rpc import framing as wire
 from hil.rpc.codec import Codec, ForeignInt, Opaque, buffer_ref, object_id, object_ref, referenced
 from hil.rpc.errors import ProtocolError, describe
 from hil.rpc.methods import OBJECTS
-from pytest_san.contract import DeviceDescription
+from pytest_san.spi.contract import DeviceDescription
 
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded

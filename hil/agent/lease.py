@@ -243,7 +243,7 @@ def _answer(conn: socket.socket, deadline: float) -> tuple[bytes, str]:
         conn.settimeout(left)
         try:
             chunk = conn.recv(_ANSWER_LIMIT + 1 - len(data))
-        except socket.timeout:  # noqa: UP041  (python 3.9: not yet TimeoutError)
+        except socket.timeout:  # Python 3.9: not yet TimeoutError
             return data, f"it did not say who it is within {_ANSWER_TIMEOUT:g} s"
         except OSError as exc:
             return data, f"reading its answer failed: {exc.strerror or exc}"

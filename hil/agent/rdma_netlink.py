@@ -144,7 +144,7 @@ class _Netlink:
         while True:
             try:
                 data = self.sock.recv(1 << 16)
-            except socket.timeout:  # noqa: UP041 -- not yet TimeoutError on Python 3.9
+            except socket.timeout:  # Python 3.9: not yet TimeoutError
                 raise KernelUnreadable(errno.ETIMEDOUT, f"RDMA netlink did not answer command {command}") from None
             offset = 0
             while offset + _HEADER.size <= len(data):

@@ -16,17 +16,20 @@ from hil.rpc import framing as wire
 
 STARTUP_FAILED = 5  # exit status of an agent whose engine could not start (its hello says why)
 
-# What is pushed to a host: the agent and the parts of pytest_san the emulator engine runs.
-AGENT_TREES = ("hil/agent", "hil/rpc", "pytest_san/emulator", "pytest_san/switch")
-AGENT_FILES = ("hil/__init__.py", "pytest_san/__init__.py", "pytest_san/contract.py", "pytest_san/checks.py",
-               "pytest_san/notes.py", "pytest_san/pacing.py", "pytest_san/deviations.py", "pytest_san/report.py",
-               "pytest_san/protocols.py", "pytest_san/burst.py", "pytest_san/batch.py", "pytest_san/dma.py")
+# What is pushed to a host: the agent, the wire and ``pytest_san.spi``, all the agent needs of pytest_san (the
+# standard library only: pyproject.toml's import-linter contract for it). There pytest_san is that folder alone:
+# its ``__init__`` is PACKAGE_STUB, not the package's own (which imports the whole package), and a regular package
+# first on the agent's path, so a pytest-san installed for the host's python3 never stands in for what was pushed.
+AGENT_TREES = ("hil/agent", "hil/rpc", "pytest_san/spi")
+AGENT_FILES = ("hil/__init__.py",)
+PACKAGE_STUB = ("pytest_san/__init__.py", b'"""pytest_san on a lab host: pytest_san.spi, pushed with the agent."""\n')
 
 
 def agent_files(root: Path) -> Iterator[tuple[str, bytes]]:
     """(relative path, content) of every file of the agent below ``root``."""
     for name in AGENT_FILES:
         yield name, (root / name).read_bytes()
+    yield PACKAGE_STUB
     for tree in AGENT_TREES:
         for path in sorted((root / tree).rglob("*.py")):
             yield path.relative_to(root).as_posix(), path.read_bytes()
@@ -57,7 +60,7 @@ def make_engine(name: str, host: str, options: dict[str, Any]) -> Engine:
 def _handlers(engine: Engine) -> dict[tuple[str, str], Callable[..., object]]:
     """(kind, method) -> what answers it, where an attribute of the object does not. The objects are the
     engine's (of whichever engine): arbitrary here."""
-    from pytest_san import burst
+    from pytest_san.spi import burst
 
     def fault(_engine: object, name: str, *args: Any) -> object:
         if name not in ("fail_allocations", "drop_link", "restore_link", "hold", "release"):

@@ -25,9 +25,9 @@ from hil.rpc.codec import referenced
 from hil.transport import Transport, open_transport
 from pytest_san.batch import Batch, Batching, Later, batch, is_alive, is_closed, is_done, raise_first, values
 from pytest_san.batch import Call as BatchCall
-from pytest_san.contract import Leak
 from pytest_san.deviations import Deviation
-from pytest_san.protocols import (
+from pytest_san.spi.contract import Leak
+from pytest_san.spi.protocols import (
     Backend,
     Faults,
     ModelBudget,
@@ -198,7 +198,7 @@ class HilBackend:
         return applied_on(self.kernel_log.record)
 
     def model_budget(self) -> ModelBudget:
-        """The reference model in the suite's run on lab hosts (pytest_san.protocols.DeclaresModelBudget): a
+        """The reference model in the suite's run on lab hosts (pytest_san.spi.protocols.DeclaresModelBudget): a
         sequence costs about 1.2 s on rxe guests under TCG (docs/model.md), so 16 sequences of 20 steps, none
         started after a minute. Every check is a round trip, so a step checks only what it could change; a
         completion may take a NIC's retries (seconds); a shrink replays at most 60 times. On NICs (the verbs

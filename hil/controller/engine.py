@@ -7,7 +7,7 @@ from typing import Any
 
 from hil.controller.declared import declared, local, remote
 from hil.controller.remote import Remote, RemoteNode, RemoteProcess, RemoteSocket, Session
-from pytest_san.contract import Leak
+from pytest_san.spi.contract import Leak
 
 
 @declared

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from hil.controller.client import AgentClient, Outcome
 from hil.controller.declared import SCRIPT, Request, declared, local, remote, remote_void
 from hil.rpc.codec import Codec, buffer_fields, buffer_ref, object_ref, referenced
-from pytest_san.burst import DEPTH, BurstProvider
-from pytest_san.contract import Access, CacheType, Completion, DeviceDescription, Status, is_int
-from pytest_san.protocols import (
+from pytest_san.spi.burst import DEPTH, BurstProvider
+from pytest_san.spi.contract import Access, CacheType, Completion, DeviceDescription, Status, is_int
+from pytest_san.spi.protocols import (
     Allocation,
     Buffer,
     CacheTypeProxy,

@@ -18,8 +18,8 @@ change reach the engine as stand-ins it refuses as it refuses them in-process (C
 side-specific comes from small subclasses: which of a side's objects become references (:meth:`Codec.own`),
 what an object it cannot send becomes (:meth:`Codec.opaque`), how a reference resolves
 (:meth:`Codec.resolve`, :meth:`Codec.owner`, :meth:`Codec.buffer`), and the DeviceDescription class
-(``description``: the sides decode ``pytest_san.contract.DeviceDescription``; the verbs child, which imports
-this module too, has none to decode). Standard library + ``pytest_san.contract``, Python 3.9 compatible.
+(``description``: the sides decode ``pytest_san.spi.contract.DeviceDescription``; the verbs child, which imports
+this module too, has none to decode). Standard library + ``pytest_san.spi.contract``, Python 3.9 compatible.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hil.rpc.errors import ProtocolError
-from pytest_san.contract import Access, CacheType
+from pytest_san.spi.contract import Access, CacheType
 
 if TYPE_CHECKING:
     from typing import TypeAlias

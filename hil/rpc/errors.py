@@ -1,7 +1,7 @@
 """Errors across a process boundary, both hops: an exception to an error object and back.
 
 An error object is ``{"code", "kind", "message", "required_size"}``: a ``SanError`` (the contract's,
-``pytest_san.contract``) has its Winsock code, its message (the detail, without the code's name) and
+``pytest_san.spi.contract``) has its Winsock code, its message (the detail, without the code's name) and
 the size a descriptor-too-small probe asks for; anything else has ``code`` and ``required_size`` null,
 its class name as ``kind`` and ``str(exc)`` as message. The agent adds ``"traceback"`` for a failure
 that is not a refused argument or request.
@@ -11,7 +11,7 @@ TimeoutError, ValueError or TypeError is itself (the errors of the contract and 
 arguments, raised as the emulator raises them in-process), and anything else is what the caller's
 ``fallback`` makes of it: the controller an ``AgentError`` naming the host, with the agent's
 traceback; the agent, for its verbs children, a ``ChildFailure``.
-Standard library + ``pytest_san.contract``, Python 3.9 compatible.
+Standard library + ``pytest_san.spi.contract``, Python 3.9 compatible.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from pytest_san.contract import SanError, WsaError
+from pytest_san.spi.contract import SanError, WsaError
 
 
 class ProtocolError(Exception):

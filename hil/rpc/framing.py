@@ -7,7 +7,7 @@ agent -> controller   {"hello": {...}} once, then {"id": 7, "result": ...} or {"
 agent -> verbs child  {"id": 7, "method": "alloc", "params": {...}}
 verbs child -> agent  {"id": 0, "result": hello} once, then {"id": 7, "result": ...} or {"id": 7, "error": {...}}
 
-Standard library + ``pytest_san.contract``, Python 3.9 compatible (pushed to hosts).
+Standard library + ``pytest_san.spi.contract``, Python 3.9 compatible (pushed to hosts).
 """
 
 from __future__ import annotations

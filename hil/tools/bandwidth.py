@@ -15,7 +15,7 @@ from typing import Any
 from hil.controller.backend import Agent, HilBackend
 from hil.transport import Channel, CommandResult, TransportError
 from pytest_san import Access, Status, Switch
-from pytest_san.burst import DEPTH, rdma_write_burst
+from pytest_san.spi.burst import DEPTH, rdma_write_burst
 
 HARNESS_SIZES: tuple[int, ...] = tuple(2 ** k for k in range(1, 24))  # 2 B ... 8 MiB
 """Message sizes the harness measures: those ``ib_write_bw -a`` measures (SWEEP), so that both are compared at
@@ -34,7 +34,7 @@ def measure_harness(backend: HilBackend, sizes: Sequence[int] = HARNESS_SIZES, s
 
     The first endpoint writes a registered READ buffer into the second's WRITE descriptor, as a test
     would (``Switch(backend).connect()``: between the first two nodes, i.e. across a verbs pair), with
-    :func:`pytest_san.burst.rdma_write_burst`: on a verbs host the agent's process keeps ``depth`` writes
+    :func:`pytest_san.spi.burst.rdma_write_burst`: on a verbs host the agent's process keeps ``depth`` writes
     in flight and reposts each as the previous completes, as ``ib_write_bw`` does, so what is measured is
     the provider on the NIC, not one controller round trip per write. Bursts grow until one lasts about
     ``seconds``; that last one is the measurement (its single round trip included).

@@ -13,7 +13,7 @@ emulator and compares the two. The parts, in the order a step flows through them
 * ``run``, ``shrink``, ``divergence``: budget and seeds, shrinking a failing sequence, and the report.
 """
 
-from ..protocols import ModelBudget
+from ..spi.protocols import ModelBudget
 from .alternatives import ALTERNATIVES, Alternative
 from .run import ModelRun, Summary
 

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from ..batch import Batch, Later, batch, is_closed, is_connected, wait_for
-from ..contract import VALID_ACCESS, Access, Completion, SanError, Status
-from ..protocols import PendingOperation, Provider, Socket
+from ..spi.contract import VALID_ACCESS, Access, Completion, SanError, Status
+from ..spi.protocols import PendingOperation, Provider, Socket
 from .alternatives import RNR_BOUNDED
 from .reference import Model
 from .state import Expect, KeyValue, Touched, Traits, not_a_key

@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from ..contract import MAX_SGE, SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, Access
+from ..spi.contract import MAX_SGE, SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, Access
 from .reference import Model
 from .state import MReg, MSock
 from .steps import (

@@ -7,13 +7,13 @@ live registrations with their reference counts and users (R3, R11-R13), every so
 the pending operations and every byte of every buffer, so a checker compares all of it after a step.
 
 Where the contract leaves the choice open (a call with several faults) the model accepts any of the
-codes, or, of a backend that declares ``reference_order``, the first fault's in pytest_san.checks.ORDER;
+codes, or, of a backend that declares ``reference_order``, the first fault's in pytest_san.spi.checks.ORDER;
 where a backend takes a documented alternative (alternatives.py) it expects that instead.
 """
 
 from __future__ import annotations
 
-from ..contract import SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, VALID_ACCESS, Status
+from ..spi.contract import SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, VALID_ACCESS, Status
 from . import alternatives as alt
 from .state import Expect, KeyValue, MReg, MSock, Traits
 from .steps import (
@@ -117,7 +117,7 @@ class Model(TransferModel):
         elif s.state != "connected":
             faults.append("connected")
         if step.view[0] != s.proc:  # R5: never another process's memory
-            faults.append("buffer.owner")  # the ids of pytest_san.checks.CHECKS
+            faults.append("buffer.owner")  # the ids of pytest_san.spi.checks.CHECKS
         if step.shape == "empty":
             faults.append("buffer.empty")
         elif step.shape != "range":  # one byte past its buffer, or unmapped

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..contract import Access
+from ..spi.contract import Access
 from .steps import Key, Register, Step, Transfer
 
 R, W, RW = int(Access.READ), int(Access.WRITE), int(Access.READWRITE)

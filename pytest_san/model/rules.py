@@ -19,7 +19,7 @@ import ast
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..contract import VALID_ACCESS, Access
+from ..spi.contract import VALID_ACCESS, Access
 from .execute import Problem
 from .reference import Model
 from .state import KeyValue, MReg, MSock
@@ -34,7 +34,7 @@ ANSWERS = "R14"
 
 R, W = int(Access.READ), int(Access.WRITE)
 
-# What a fault found at the call protects (pytest_san.checks' ids, as the model names them).
+# What a fault found at the call protects (pytest_san.spi.checks' ids, as the model names them).
 _CALL_FAULTS: dict[str, tuple[str, ...]] = {
     "socket": ("R4",), "connected": ("R4",),
     "buffer.owner": ("R1", "R5"), "entry.owner": ("R1", "R5"),

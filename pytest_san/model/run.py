@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Generator as Stream
 
-from ..checks import REFERENCE_ORDER
-from ..protocols import Backend, ModelBudget, budget_of
 from ..report import ModelResult
+from ..spi.checks import REFERENCE_ORDER
+from ..spi.protocols import Backend, ModelBudget, budget_of
 from .alternatives import active
 from .divergence import Divergence, listing, step_kind
 from .execute import Cost, Problem, Seen, Side
@@ -97,7 +97,7 @@ class ModelRun:
                              reference_order=REFERENCE_ORDER in common)
         self.reference = reference
         if budget.differential and reference is None:
-            from ..emulator import EmulatorBackend  # the in-process emulator, unwrapped
+            from ..spi.emulator import EmulatorBackend  # the in-process emulator, unwrapped
             self.reference = EmulatorBackend
         reference_name = "emulator" if backend.name != "emulator" else "reference emulator"  # told apart
         self.names = [backend.name] + ([reference_name] if budget.differential else [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable
 
-from ..contract import Status
+from ..spi.contract import Status
 from .steps import View
 
 KeyValue = Hashable

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ..contract import PAGE_SIZE, Access
+from ..spi.contract import PAGE_SIZE, Access
 
 View = tuple[int, int, int, int]
 """(process, buffer, offset, length): a range of one of the run's buffers."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import copy
 
-from .. import checks
-from ..contract import MAX_SGE, Access, SanError, Status
+from ..spi import checks
+from ..spi.contract import MAX_SGE, Access, SanError, Status
 from . import alternatives as alt
 from .state import Expect, KeyValue, MOp, MReg, MSock, Traits
 from .steps import Transfer, View
@@ -83,7 +83,7 @@ class TransferModel:
         return name in self.traits.alts
 
     def _refusal(self, call: str, faults: list[str]) -> frozenset[str]:
-        """The codes a call with ``faults`` (pytest_san.checks' ids) may raise: any of theirs (the contract), or
+        """The codes a call with ``faults`` (pytest_san.spi.checks' ids) may raise: any of theirs (the contract), or
         the first one's in the reference order where the backend follows it."""
         if self.traits.reference_order:
             return frozenset({checks.answer(call, checks.first(call, faults))})

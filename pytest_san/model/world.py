@@ -8,8 +8,8 @@ rewrites the buffers whose bytes differ from the sequence's starting pattern.
 from __future__ import annotations
 
 from ..batch import batch
-from ..contract import PAGE_SIZE, Access, SanError, WsaError
-from ..protocols import Backend, Buffer, Node, Process, Socket
+from ..spi.contract import PAGE_SIZE, Access, SanError, WsaError
+from ..spi.protocols import Backend, Buffer, Node, Process, Socket
 from .steps import BUFFER_SIZES, Plan, View, initial_bytes, plan_for
 
 

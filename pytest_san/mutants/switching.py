@@ -1,4 +1,4 @@
-"""What the corpus's switch entries are built from: a switch that forwards ``pytest_san.protocols.Switch`` to
+"""What the corpus's switch entries are built from: a switch that forwards ``pytest_san.spi.protocols.Switch`` to
 the one it wraps, changing only what its entry is about.
 
 An entry over pytest-san's own switch (``pytest_san.switch.Switch``) changes the options ``connect`` passes
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from ..contract import SanError, WsaError
-from ..protocols import Backend, Node, Process, Switch, SwitchConnection, SwitchEndpoint
+from ..spi.contract import SanError, WsaError
+from ..spi.protocols import Backend, Node, Process, Switch, SwitchConnection, SwitchEndpoint
 
 
 class EndpointView:

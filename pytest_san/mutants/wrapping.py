@@ -15,8 +15,8 @@ from typing import Any, cast
 
 import pytest
 
-from ..contract import PAGE_SIZE, Access, CacheType, Completion, DeviceDescription, SanError
-from ..protocols import (
+from ..spi.contract import PAGE_SIZE, Access, CacheType, Completion, DeviceDescription, SanError
+from ..spi.protocols import (
     Buffer,
     CacheTypeProxy,
     Descriptor,
@@ -115,7 +115,7 @@ class DelegatingProvider(Wrapper):
     """Forwards every call of the ``Provider`` protocol to ``inner`` and keeps ``shared`` up to date.
 
     The protocol's calls are methods of this class, so a subclass overrides exactly those its bug is in and
-    bursts (``pytest_san.burst``) are made of this object's own ``rdma_write``/``rdma_read``. Anything else
+    bursts (``pytest_san.spi.burst``) are made of this object's own ``rdma_write``/``rdma_read``. Anything else
     (``san_capabilities``, optional protocols) is forwarded by ``__getattr__``.
     """
 

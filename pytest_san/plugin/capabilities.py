@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from ..protocols import Backend, Node
+    from ..spi.protocols import Backend, Node
 
 PROVIDER_CLAIMS = frozenset({"reference_order"})
 """Capabilities a backend states about its own provider's behaviour, not about the host: a node whose provider a

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..contract import SanError, WsaError
-from ..protocols import CountsRoundTrips, EndsTests
 from ..report import leak_rules
+from ..spi.contract import SanError, WsaError
+from ..spi.protocols import CountsRoundTrips, EndsTests
 from .hooks import LEAKS_KEY, SAN_FIXTURES, created_backend, get_backend, uses_san_fixtures
 
 if TYPE_CHECKING:
-    from ..protocols import Backend, Provider, Proxy, Switch
+    from ..spi.protocols import Backend, Provider, Proxy, Switch
 
 SWITCHES_KEY = pytest.StashKey[list["Switch"]]()
 """On an item: the switches its ``san_switch`` made, closed by the leak check when the backend ends tests itself."""
@@ -85,7 +85,7 @@ def make_switch(config: pytest.Config, backend: Backend) -> Switch:
         missing = [name for name in ("connect", "close_all") if not callable(getattr(made, name, None))]
         if missing:
             raise TypeError(f"pytest_san_make_switch returned {made!r:.80}, which is no switch: it lacks "
-                                    f"{', '.join(missing)} (pytest_san.protocols.Switch)")
+                                    f"{', '.join(missing)} (pytest_san.spi.protocols.Switch)")
         return made
     from ..switch import Switch as OwnSwitch  # imported late: loading the plugin stays cheap
 

@@ -22,7 +22,7 @@ from .capabilities import common, every_node, missing_reason, note_replacement
 from .options import DEFAULT_BACKEND
 
 if TYPE_CHECKING:
-    from ..protocols import Backend, Node, Provider, Proxy
+    from ..spi.protocols import Backend, Node, Provider, Proxy
 
 SAN_FIXTURES = frozenset({"san_backend", "san_switch", "san_provider", "san_proxy"})
 """Using any of these (directly or through another fixture) makes a test a SAN test."""
@@ -124,7 +124,7 @@ def pytest_san_backend_names(config: pytest.Config) -> list[str]:
 def pytest_san_make_backend(config: pytest.Config, name: str) -> Backend | None:
     if name != DEFAULT_BACKEND:
         raise _unknown_backend(config, name)
-    from ..emulator import EmulatorBackend  # imported late: loading the plugin stays cheap
+    from ..spi.emulator import EmulatorBackend  # imported late: loading the plugin stays cheap
 
     wrap_provider, wrap_proxy = wrappers(config)
     return EmulatorBackend(wrap_provider=wrap_provider, wrap_proxy=wrap_proxy)

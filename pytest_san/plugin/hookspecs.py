@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    import pytest_san.protocols
+    import pytest_san.spi.protocols
 
     from ..deviations import Deviation
-    from ..protocols import Backend, Node, Provider, Proxy
+    from ..spi.protocols import Backend, Node, Provider, Proxy
 
 
 @pytest.hookspec(firstresult=True)
@@ -67,10 +67,10 @@ def pytest_san_make_proxy(config: pytest.Config, node: Node, proxy: Proxy) -> Pr
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_san_make_switch(config: pytest.Config, backend: Backend) -> pytest_san.protocols.Switch | None:
+def pytest_san_make_switch(config: pytest.Config, backend: Backend) -> pytest_san.spi.protocols.Switch | None:
     """Return the switch under test (``san_switch``) over ``backend``, in place of pytest-san's own.
 
-    Called once per test that uses ``san_switch``. The switch must keep ``pytest_san.protocols.Switch`` (what
+    Called once per test that uses ``san_switch``. The switch must keep ``pytest_san.spi.protocols.Switch`` (what
     the scenarios call: ``connect``, ``close_all``, and the connections and endpoints it returns); it drives
     each node's provider (``process.node.provider``, as the provider hooks made it). None leaves the choice to
     other implementations; when none returns one, pytest-san's own ``pytest_san.switch.Switch`` is used. The

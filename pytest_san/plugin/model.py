@@ -6,7 +6,7 @@ breaks its rule (``pytest_san.model.rules`` says which), so a divergence counts 
 terminal table, the ``--san-report`` JSON, the JUnit properties and pytest-html. The run's result is the report's
 ``"model"`` key, as ``pytest --pyargs pytest_san.model``'s is; that deep run (``san_model_runner``) stays.
 
-The suite's budget (``pytest_san.protocols.ModelBudget``) is what the backend declares (``model_budget()``,
+The suite's budget (``pytest_san.spi.protocols.ModelBudget``) is what the backend declares (``model_budget()``,
 ``DeclaresModelBudget``: the emulator's takes about a second, the hil backend declares a lab's), else the
 defaults; ``--san-model-sequences``, ``--san-model-steps``, ``--san-model-deadline`` and ``--san-model-checks``
 override it where given (``dataclasses.replace``). Its seed is ``--san-model-seed``, else
@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..protocols import ModelBudget, budget_of
 from ..report import ModelResult
+from ..spi.protocols import ModelBudget, budget_of
 from .capabilities import every_node
 from .hooks import record_model
 
 if TYPE_CHECKING:
     from ..model import Summary
-    from ..protocols import Backend
+    from ..spi.protocols import Backend
 
 SUITE_SEED = 1
 DEEP = ModelBudget()

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from ..protocols import ModelBudget
+from ..spi.protocols import ModelBudget
 
 DEFAULT_BACKEND = "emulator"
 

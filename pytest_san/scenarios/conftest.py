@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_san import Backend, Connection, Switch, protocols
+from pytest_san import Backend, Connection, Switch
+from pytest_san.spi import protocols
 
 from ..plugin.fixtures import make_switch
 from .support import RawEnd, close_ends

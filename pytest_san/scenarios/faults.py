@@ -1,5 +1,5 @@
 """Every kind of bad value each argument of each SPI call can carry, generated from the reference order
-(``pytest_san.checks.ORDER``, CONTRACT.md section 4), and a world to make the calls in.
+(``pytest_san.spi.checks.ORDER``, CONTRACT.md section 4), and a world to make the calls in.
 
 ``KINDS`` says, for each check of the table, the bad values that trip it and the argument (or part of one: a
 buffer's process, an entry of a scatter list) each goes in; ``SLOTS`` is generated from it and ``ORDER``: for every
@@ -18,7 +18,7 @@ Two uses:
 
 For each case the call is made on one backend through the public API and must
 
-* be refused with the answer of the fault that comes first in ``pytest_san.checks.ORDER`` (a TypeError, or the
+* be refused with the answer of the fault that comes first in ``pytest_san.spi.checks.ORDER`` (a TypeError, or the
   SanError code; WSAEFAULT of the descriptor-size probe carries the size needed), and
 * change nothing: every registration of the world's sockets, both proxies' live allocations, every byte of
   its buffers, every socket's state and its pending operations are as before.
@@ -33,11 +33,11 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
-from pytest_san import checks
 from pytest_san.batch import Batch, Later, batch, is_closed, is_connected
-from pytest_san.burst import rdma_read_burst, rdma_write_burst
-from pytest_san.checks import first
-from pytest_san.contract import (
+from pytest_san.spi import checks
+from pytest_san.spi.burst import rdma_read_burst, rdma_write_burst
+from pytest_san.spi.checks import first
+from pytest_san.spi.contract import (
     DESCRIPTOR_SIZE,
     MAX_SGE,
     PAGE_SIZE,
@@ -47,7 +47,7 @@ from pytest_san.contract import (
     Access,
     SanError,
 )
-from pytest_san.protocols import Backend
+from pytest_san.spi.protocols import Backend
 
 BUF = 64  # bytes of each of the world's buffers
 
@@ -55,7 +55,7 @@ BUF = 64  # bytes of each of the world's buffers
 @dataclasses.dataclass(frozen=True)
 class Fault:
     slot: str  # the argument, or the part of one, that it spoils
-    check: str  # the pytest_san.checks id it trips
+    check: str  # the pytest_san.spi.checks id it trips
     name: str
     replaces: bool = False  # it replaces the whole slot: no fault of a part of it can go with it
 
@@ -373,7 +373,7 @@ def answer_of(outcome: BaseException | None) -> str:
 def want(case: Case, descriptor_size: int = DESCRIPTOR_SIZE) -> str:
     """The table's answer to ``case``; the descriptor-size probe's carries the provider's own size (a descriptor
     longer than pytest-san's is legal)."""
-    from pytest_san.checks import answer
+    from pytest_san.spi.checks import answer
 
     expected = answer(case.call, case.expected)
     return expected + (f" (required_size {descriptor_size})" if case.expected == "descriptor_size.small" else "")

@@ -28,7 +28,7 @@ from pytest_san import (
     WsaError,
 )
 from pytest_san.batch import batch, is_alive, is_closed, values
-from pytest_san.protocols import Faults, Node
+from pytest_san.spi.protocols import Faults, Node
 
 GUARD = 64
 GUARD_BYTE = 0xA5

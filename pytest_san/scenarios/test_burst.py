@@ -1,4 +1,4 @@
-"""Bursts (``pytest_san.burst``): many identical RDMA transfers as one operation keep every rule a single one does.
+"""Bursts (``pytest_san.spi.burst``): many identical RDMA transfers as one operation keep every rule a single one does.
 
 On the verbs engine a burst runs next to the NIC (the child reposts each write as the previous
 completes); elsewhere it runs over the SPI. Either way: R6, R7, R8 as for one transfer, R13 while it
@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from pytest_san import Access, Backend, Completion, Connection, Handle, PendingOperation, Status, WsaError
-from pytest_san.burst import rdma_read_burst, rdma_write_burst
+from pytest_san.spi.burst import rdma_read_burst, rdma_write_burst
 
 from .support import TIMEOUT, Guarded, attempt, expect_error, rejected, sink, source, window
 

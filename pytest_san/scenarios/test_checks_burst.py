@@ -1,4 +1,4 @@
-"""A burst's count and depth (``pytest_san.burst``, CONTRACT.md's reference order, row 1): any integer >= 1 is
+"""A burst's count and depth (``pytest_san.spi.burst``, CONTRACT.md's reference order, row 1): any integer >= 1 is
 taken, 1 included, each apart from the other (a seeded draw of pairs); 0, a negative, a float or a bool in
 either is WSAEINVAL at the call, and nothing moves.
 """
@@ -10,7 +10,7 @@ import random
 import pytest
 
 from pytest_san import Access, Status, WsaError
-from pytest_san.burst import rdma_read_burst, rdma_write_burst
+from pytest_san.spi.burst import rdma_read_burst, rdma_write_burst
 
 from .support import NEEDS_READ, TIMEOUT, RawEnd, expect_error, guarded, window
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_san import Access, Backend, SanError, Status, WsaError
-from pytest_san.checks import CALLS, answer
+from pytest_san.spi.checks import CALLS, answer
 
 from .faults import AFTER_CALL, SLOTS, Fault, cases, run_cases
 from .support import NEEDS_READ, TIMEOUT, RawEnd, close_ends, sink, source, window

@@ -16,7 +16,7 @@ from typing import cast
 import pytest
 
 from pytest_san import PAGE_SIZE, Access, Buffer
-from pytest_san.protocols import DirectIoProxy
+from pytest_san.spi.protocols import DirectIoProxy
 
 from .support import RawEnd, page_apart
 

@@ -27,7 +27,7 @@ from pytest_san import (
     WsaError,
 )
 from pytest_san.batch import Later, batch, values
-from pytest_san.protocols import Allocation
+from pytest_san.spi.protocols import Allocation
 
 from .support import expect_error, fail_allocations
 

@@ -16,7 +16,7 @@ from typing import cast
 import pytest
 
 from pytest_san import FOUR_GIB, PAGE_SIZE, Access, Backend, CacheType, Connection, Proxy, SanError, Status, WsaError
-from pytest_san.protocols import Allocation, CacheTypeProxy, DirectIoProxy
+from pytest_san.spi.protocols import Allocation, CacheTypeProxy, DirectIoProxy
 
 from .support import TIMEOUT, expect_error
 from .test_proxy import free_all, nolowmem

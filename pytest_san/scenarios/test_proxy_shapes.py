@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import pytest
 
 from pytest_san import FOUR_GIB, PAGE_SIZE, CacheType, DmaAdapter, Proxy, SanError, WsaError
-from pytest_san.protocols import Allocation
+from pytest_san.spi.protocols import Allocation
 
 from .support import expect_error
 from .test_proxy import free_all, nic, overlapping

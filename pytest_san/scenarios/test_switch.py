@@ -1,7 +1,7 @@
 """What the switch registers and how it tears down: R9, R10, R11.
 
 The switch is the one under test (``san_switch``: pytest-san's own, or a plugin's ``pytest_san_make_switch``), and
-these scenarios call only what ``pytest_san.protocols.Switch`` names. They judge it by the parameters each
+these scenarios call only what ``pytest_san.spi.protocols.Switch`` names. They judge it by the parameters each
 connection declares (``rdma_threshold``, ``message_size``, ``message_count``): a switch may use others than asked.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_san import Access, Backend, SanError, Status, WsaError
-from pytest_san.protocols import Switch, SwitchConnection, SwitchEndpoint
+from pytest_san.spi.protocols import Switch, SwitchConnection, SwitchEndpoint
 
 from .support import NEEDS_READ, TIMEOUT, sink, source, window
 

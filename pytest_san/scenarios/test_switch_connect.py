@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_san import Backend, Connection, Node, Process, SanError, Switch, WsaError
-from pytest_san.protocols import SwitchConnection
+from pytest_san.spi.protocols import SwitchConnection
 
 from ..plugin.fixtures import make_switch
 from .support import NEEDS_READ, TIMEOUT, fail_allocations
@@ -165,7 +165,7 @@ def test_exactly_the_sends_above_the_threshold_move_by_rdma(san_switch: Switch, 
     options: dict[str, Any] = {k: v for k, v in given if v is not None}
     conn = san_switch.connect(**options)
     a, b = conn.local, conn.remote
-    if threshold is not None:  # without one, a switch may use its own (pytest_san.protocols.Switch)
+    if threshold is not None:  # without one, a switch may use its own (pytest_san.spi.protocols.Switch)
         assert conn.rdma_threshold == threshold
     rng = random.Random(f"{threshold}-{size}-{count}")
     limit = conn.rdma_threshold

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_san import Access
-from pytest_san.protocols import Switch, SwitchConnection, SwitchEndpoint
+from pytest_san.spi.protocols import Switch, SwitchConnection, SwitchEndpoint
 
 from .support import NEEDS_READ, TIMEOUT
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from pytest_san import Backend, Connection, Switch
-from pytest_san.protocols import Faults
+from pytest_san.spi.protocols import Faults
 
 from .support import TIMEOUT
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..batch import batch, done_ahead, raise_first
-from ..contract import SO_RDMA_THRESHOLD_SIZE
 from ..pacing import Backoff
-from ..protocols import Process, Socket
+from ..spi.contract import SO_RDMA_THRESHOLD_SIZE
+from ..spi.protocols import Process, Socket
 from .endpoint import Endpoint, check_timeout
 
 if TYPE_CHECKING:

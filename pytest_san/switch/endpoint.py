@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..batch import Batch, Later, batch, raise_first
-from ..contract import SO_MAX_RDMA_SIZE, Access, SanError, Status, WsaError
 from ..notes import add_note
-from ..protocols import Buffer, Handle, PendingOperation, Process, Provider, Proxy, Socket
+from ..spi.contract import SO_MAX_RDMA_SIZE, Access, SanError, Status, WsaError
+from ..spi.protocols import Buffer, Handle, PendingOperation, Process, Provider, Proxy, Socket
 from .session import HEADER, LENGTH, MORE, Kind, Message, messages, src_avail
 
 if TYPE_CHECKING:  # the agent imports this module on Python 3.9, which has neither

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..contract import SanError, WsaError
-from ..contract import is_int as _is_int
-from ..protocols import Backend, Node, Process
+from ..spi.contract import SanError, WsaError
+from ..spi.contract import is_int as _is_int
+from ..spi.protocols import Backend, Node, Process
 from .connection import Connection
 from .session import HEADER
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from mutation.select import changed_files, mutated_among, sample
 
-PATTERNS = ["pytest_san/checks.py", "pytest_san/emulator/proxy.py", "pytest_san/switch/*.py"]
+PATTERNS = ["pytest_san/spi/checks.py", "pytest_san/spi/emulator/proxy.py", "pytest_san/switch/*.py"]
 
 
 def git(root: Path, *args: str) -> None:
@@ -19,23 +19,23 @@ def git(root: Path, *args: str) -> None:
 
 def test_the_files_changed_since_a_base_committed_staged_in_the_tree_or_new(tmp_path: Path) -> None:
     git(tmp_path, "init", "-q", "-b", "main")
-    for name in ("pytest_san/checks.py", "pytest_san/emulator/proxy.py", "pytest_san/switch/endpoint.py",
+    for name in ("pytest_san/spi/checks.py", "pytest_san/spi/emulator/proxy.py", "pytest_san/switch/endpoint.py",
                  "README.md"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x = 1\n")
     git(tmp_path, "add", ".")
     git(tmp_path, "commit", "-q", "-m", "base")
     git(tmp_path, "checkout", "-q", "-b", "change")
-    (tmp_path / "pytest_san/checks.py").write_text("x = 2\n")
+    (tmp_path / "pytest_san/spi/checks.py").write_text("x = 2\n")
     git(tmp_path, "commit", "-q", "-am", "committed")
-    (tmp_path / "pytest_san/emulator/proxy.py").write_text("x = 3\n")  # only in the work tree
+    (tmp_path / "pytest_san/spi/emulator/proxy.py").write_text("x = 3\n")  # only in the work tree
     (tmp_path / "pytest_san/switch/new.py").write_text("y = 1\n")  # new, untracked
     (tmp_path / "README.md").write_text("changed\n")
 
     changed = changed_files(tmp_path, "main")
-    assert changed == ["README.md", "pytest_san/checks.py", "pytest_san/emulator/proxy.py",
+    assert changed == ["README.md", "pytest_san/spi/checks.py", "pytest_san/spi/emulator/proxy.py",
                        "pytest_san/switch/new.py"]
-    assert mutated_among(changed, PATTERNS) == ["pytest_san/checks.py", "pytest_san/emulator/proxy.py",
+    assert mutated_among(changed, PATTERNS) == ["pytest_san/spi/checks.py", "pytest_san/spi/emulator/proxy.py",
                                                 "pytest_san/switch/new.py"]
     assert changed_files(tmp_path, "no-such-ref") is None
     assert changed_files(tmp_path / "pytest_san", "main") is not None  # from inside the repository too
@@ -46,7 +46,7 @@ def test_no_repository_is_none(tmp_path: Path) -> None:
 
 
 def test_only_python_files_mutation_covers() -> None:
-    assert mutated_among(["pytest_san/switch/README.md", "pytest_san/emulator/sockets.py", "tests/x.py"],
+    assert mutated_among(["pytest_san/switch/README.md", "pytest_san/spi/emulator/sockets.py", "tests/x.py"],
                          PATTERNS) == []
 
 
@@ -91,9 +91,9 @@ def test_a_files_own_tests_are_kept_to_its_functions() -> None:
 
     unit = "tests/pytest_san/test_batch.py::test_x"
     stats: dict[str, Any] = {"tests_by_mangled_function_name": {
-        "pytest_san.batch.x_resolve": [unit, "s::a"], "pytest_san.emulator.provider.x_send": ["s::a", unit]}}
+        "pytest_san.batch.x_resolve": [unit, "s::a"], "pytest_san.spi.emulator.provider.x_send": ["s::a", unit]}}
     only = {"tests/pytest_san/test_batch.py::*": "pytest_san.batch.*"}
     assert keep_to(stats, only) == 1
     assert stats["tests_by_mangled_function_name"] == {"pytest_san.batch.x_resolve": [unit, "s::a"],
-                                                       "pytest_san.emulator.provider.x_send": ["s::a"]}
+                                                       "pytest_san.spi.emulator.provider.x_send": ["s::a"]}
     assert keep_to(stats, only) == 0

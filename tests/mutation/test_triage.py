@@ -14,13 +14,13 @@ Some prose, with a list:
 
 - not an entry, before any file
 
-## pytest_san/emulator/proxy.py
+## pytest_san/spi/emulator/proxy.py
 
 - `EmulatedProxy.allocate_pages` `3f2a9c1e` **equivalent**: the page count is rounded up either way.
   `n = size >> _SHIFT` -> `n = size << _SHIFT`
 - `EmulatedProxy.free` `0b12cd34` **closed** by `test_proxy_shapes.py::test_free_twice`.
 
-## pytest_san/checks.py
+## pytest_san/spi/checks.py
 
 - `burst` `aaaaaaaa` **untriaged**
 - `burst` `bbbbbbbb` **open**: a burst of depth 2 with a bad second entry would kill it.
@@ -29,11 +29,11 @@ Some prose, with a list:
 
 def test_entries_are_read_by_file_function_and_hash() -> None:
     entries = parse(SURVIVORS)
-    assert set(entries) == {("pytest_san/emulator/proxy.py", "EmulatedProxy.allocate_pages", "3f2a9c1e"),
-                            ("pytest_san/emulator/proxy.py", "EmulatedProxy.free", "0b12cd34"),
-                            ("pytest_san/checks.py", "burst", "aaaaaaaa"),
-                            ("pytest_san/checks.py", "burst", "bbbbbbbb")}
-    equivalent = entries[("pytest_san/emulator/proxy.py", "EmulatedProxy.allocate_pages", "3f2a9c1e")]
+    assert set(entries) == {("pytest_san/spi/emulator/proxy.py", "EmulatedProxy.allocate_pages", "3f2a9c1e"),
+                            ("pytest_san/spi/emulator/proxy.py", "EmulatedProxy.free", "0b12cd34"),
+                            ("pytest_san/spi/checks.py", "burst", "aaaaaaaa"),
+                            ("pytest_san/spi/checks.py", "burst", "bbbbbbbb")}
+    equivalent = entries[("pytest_san/spi/emulator/proxy.py", "EmulatedProxy.allocate_pages", "3f2a9c1e")]
     assert equivalent.status == "equivalent"
     assert equivalent.text == "the page count is rounded up either way."
 
@@ -72,13 +72,13 @@ def test_the_key_is_the_changed_lines_not_where_they_are() -> None:
 
 
 def test_untriaged_entries_go_under_their_files_heading() -> None:
-    text = add_untriaged(SURVIVORS, [NewEntry("pytest_san/emulator/proxy.py", "g", "bbbbbbbb", "`a` -> `b`"),
+    text = add_untriaged(SURVIVORS, [NewEntry("pytest_san/spi/emulator/proxy.py", "g", "bbbbbbbb", "`a` -> `b`"),
                                      NewEntry("pytest_san/switch/endpoint.py", "h", "cccccccc", "`c` -> `d`")])
     entries = parse(text)
-    assert entries[("pytest_san/emulator/proxy.py", "g", "bbbbbbbb")].status == "untriaged"
+    assert entries[("pytest_san/spi/emulator/proxy.py", "g", "bbbbbbbb")].status == "untriaged"
     assert entries[("pytest_san/switch/endpoint.py", "h", "cccccccc")].status == "untriaged"
     lines = text.splitlines()
-    assert lines.index("- `g` `bbbbbbbb` **untriaged**") < lines.index("## pytest_san/checks.py")
+    assert lines.index("- `g` `bbbbbbbb` **untriaged**") < lines.index("## pytest_san/spi/checks.py")
 
 
 def test_two_mutants_with_one_key_get_one_entry() -> None:
@@ -90,7 +90,7 @@ def test_two_mutants_with_one_key_get_one_entry() -> None:
 
 
 def mutant(function: str, key: str, status: str, message_only: bool = False,
-           path: str = "pytest_san/emulator/proxy.py") -> Mutant:
+           path: str = "pytest_san/spi/emulator/proxy.py") -> Mutant:
     return Mutant(f"m.{function}.{key}", path, function, status, message_only, key, "")
 
 
@@ -103,7 +103,7 @@ def test_the_gate_passes_triaged_survivors_and_fails_the_others() -> None:
         mutant("EmulatedProxy.free", "eeeeeeee", results.KILLED),
         mutant("EmulatedProxy.free", "ffffffff", results.NOT_RUN),
     ], entries)
-    counts = verdict.by_file["pytest_san/emulator/proxy.py"]
+    counts = verdict.by_file["pytest_san/spi/emulator/proxy.py"]
     assert (counts.mutants, counts.message_only, counts.killed, counts.survived, counts.equivalent,
             counts.untriaged, counts.not_run) == (5, 1, 2, 1, 1, 0, 1)
     assert not verdict.failed
@@ -112,11 +112,11 @@ def test_the_gate_passes_triaged_survivors_and_fails_the_others() -> None:
     assert results.judge([new], entries).untriaged == [new]
     reopened = results.judge([mutant("EmulatedProxy.free", "0b12cd34", results.SURVIVED)], entries)
     assert reopened.failed and reopened.reopened[0][1].text.startswith("by `test_proxy_shapes.py")
-    untriaged_entry = results.judge([mutant("burst", "aaaaaaaa", results.SURVIVED, path="pytest_san/checks.py")],
+    untriaged_entry = results.judge([mutant("burst", "aaaaaaaa", results.SURVIVED, path="pytest_san/spi/checks.py")],
                                     entries)
     assert untriaged_entry.failed  # an *untriaged* entry does not pass the gate
-    known = results.judge([mutant("burst", "bbbbbbbb", results.SURVIVED, path="pytest_san/checks.py")], entries)
-    assert not known.failed and known.by_file["pytest_san/checks.py"].open == 1  # known, and counted
+    known = results.judge([mutant("burst", "bbbbbbbb", results.SURVIVED, path="pytest_san/spi/checks.py")], entries)
+    assert not known.failed and known.by_file["pytest_san/spi/checks.py"].open == 1  # known, and counted
 
 
 def test_an_equivalent_entry_no_survivor_matches_is_stale() -> None:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_san import Leak
-from pytest_san.emulator.backend import EmulatorBackend
 from pytest_san.plugin.fixtures import _end_test, round_trips
-from pytest_san.protocols import CountsRoundTrips, EndsTests
+from pytest_san.spi.emulator.backend import EmulatorBackend
+from pytest_san.spi.protocols import CountsRoundTrips, EndsTests
 
 
 class Plain:

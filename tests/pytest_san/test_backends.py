@@ -12,7 +12,7 @@ import pytest
 PLUGIN = """
     from pathlib import Path
 
-    from pytest_san.emulator import EmulatorBackend
+    from pytest_san.spi.emulator import EmulatorBackend
 
     with open(Path(__file__).with_name("imported.txt"), "a") as f:
         f.write("imported\\n")

@@ -22,7 +22,7 @@ from pytest_san.batch import (
     made_one_by_one,
     wait_for,
 )
-from pytest_san.emulator import EmulatorBackend
+from pytest_san.spi.emulator import EmulatorBackend
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""pytest_san.burst beyond what the scenarios check: which implementation runs, a full queue, a refused post."""
+"""pytest_san.spi.burst beyond what the scenarios check: which implementation runs, a full queue, a refused post."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from pytest_san import Access, SanError, Status, WsaError
-from pytest_san.burst import BurstProvider, WindowedBurst, rdma_read_burst, rdma_write_burst, runs_bursts
-from pytest_san.emulator import EmulatorBackend
-from pytest_san.emulator.provider import QUEUE_DEPTH
+from pytest_san.spi.burst import BurstProvider, WindowedBurst, rdma_read_burst, rdma_write_burst, runs_bursts
+from pytest_san.spi.emulator import EmulatorBackend
+from pytest_san.spi.emulator.provider import QUEUE_DEPTH
 
 SIZE = 1024
 

@@ -17,8 +17,9 @@ import pytest
 
 import pytest_san
 import pytest_san.scenarios
-from pytest_san import checks, contract_table
+from pytest_san import contract_table
 from pytest_san.report import RULE_IDS
+from pytest_san.spi import checks
 
 CONTRACT = Path(pytest_san.__file__).with_name("CONTRACT.md")
 SCENARIOS = Path(pytest_san.scenarios.__file__).parent
@@ -102,7 +103,7 @@ def test_the_contract_names_every_error_code_with_its_value() -> None:
 
 
 def test_the_contract_shows_the_reference_order_of_the_code() -> None:
-    """CONTRACT.md's table of the reference order is pytest_san.checks.CHECKS, row for row
+    """CONTRACT.md's table of the reference order is pytest_san.spi.checks.CHECKS, row for row
     (pytest_san.contract_table renders it)."""
     lines = CONTRACT.read_text(encoding="utf-8").splitlines()
     table = contract_table.markdown_table()
@@ -113,7 +114,7 @@ def test_the_contract_shows_the_reference_order_of_the_code() -> None:
         if not line.startswith("|"):
             break
         rows.append(line)
-    assert rows == table, "CONTRACT.md's reference order differs from pytest_san/checks.py"
+    assert rows == table, "CONTRACT.md's reference order differs from pytest_san/spi/checks.py"
 
 
 def test_every_call_checks_the_socket_and_its_rows_in_one_order() -> None:

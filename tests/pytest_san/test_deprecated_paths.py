@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import pytest_san
-from pytest_san import contract
+from pytest_san.spi import contract
 
 OLD = {"pytest_san.types": ["Access", "Completion", "DeviceDescription", "Leak", "PAGE_SIZE", "Status", "is_int"],
        "pytest_san.errors": ["SanError", "WsaError"]}
@@ -22,7 +22,7 @@ def test_an_old_path_gives_the_same_object_with_a_deprecation_warning(module: st
     with pytest.warns(DeprecationWarning, match=rf"{module}\.{name} is deprecated: import {name} from ") as seen:
         value = getattr(old, name)
     assert value is getattr(contract, name)
-    where = "pytest_san" if name in pytest_san.__all__ else "pytest_san.contract"
+    where = "pytest_san" if name in pytest_san.__all__ else "pytest_san.spi.contract"
     assert str(seen[0].message).endswith(f"from {where}")
     assert seen[0].filename == __file__  # the line that asked, not the alias module
 
@@ -42,4 +42,4 @@ def test_the_package_imports_the_contract_by_one_path() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in ("types", "errors") \
                     and (node.level or (node.module or "").startswith("pytest_san")):
                 offenders.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert not offenders, f"import the contract's names from pytest_san.contract, not {offenders}"
+    assert not offenders, f"import the contract's names from pytest_san.spi.contract, not {offenders}"

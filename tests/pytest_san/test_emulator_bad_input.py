@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from pytest_san import PAGE_SIZE, SO_MAX_RDMA_SIZE, Access, CacheType, DeviceDescription, SanError, Status, WsaError
-from pytest_san.contract import DESCRIPTOR_SIZE
-from pytest_san.emulator import EmulatedBuffer, EmulatedProcess, EmulatorBackend
+from pytest_san.spi.contract import DESCRIPTOR_SIZE
+from pytest_san.spi.emulator import EmulatedBuffer, EmulatedProcess, EmulatorBackend
 
 GUARD = 0xA5
 

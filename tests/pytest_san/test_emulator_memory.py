@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from pytest_san import FOUR_GIB, PAGE_SIZE
-from pytest_san.emulator.memory import (
+from pytest_san.spi.emulator.memory import (
     DEFAULT_FRAMES,
     FOUR_GIB_FRAME,
     FREE,

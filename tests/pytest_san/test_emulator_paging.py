@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_san import FOUR_GIB, PAGE_SIZE, SanError, WsaError
-from pytest_san.emulator import EmulatorBackend
-from pytest_san.emulator.memory import PhysicalMemory
-from pytest_san.emulator.paging import runs
-from pytest_san.emulator.proxy import EmulatedProxy
+from pytest_san.spi.emulator import EmulatorBackend
+from pytest_san.spi.emulator.memory import PhysicalMemory
+from pytest_san.spi.emulator.paging import runs
+from pytest_san.spi.emulator.proxy import EmulatedProxy
 
 P = PAGE_SIZE
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_san import Access
-from pytest_san.emulator import EmulatorBackend
+from pytest_san.spi.emulator import EmulatorBackend
 
 
 @pytest.mark.parametrize("closed", ["sender", "receiver"])

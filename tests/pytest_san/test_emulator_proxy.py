@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from pytest_san import DO_DIRECT_IO, FOUR_GIB, PAGE_SIZE, CacheType, DeviceDescription, SanError, WsaError
-from pytest_san.emulator.backend import EmulatorBackend
-from pytest_san.emulator.memory import FREE, PAGE_SHIFT, RESERVED_FRAMES, PhysicalMemory
-from pytest_san.emulator.proxy import KERNEL_VA_BASE, EmulatedAllocation, EmulatedDmaAdapter, EmulatedProxy
-from pytest_san.protocols import Proxy
+from pytest_san.spi.emulator.backend import EmulatorBackend
+from pytest_san.spi.emulator.memory import FREE, PAGE_SHIFT, RESERVED_FRAMES, PhysicalMemory
+from pytest_san.spi.emulator.proxy import KERNEL_VA_BASE, EmulatedAllocation, EmulatedDmaAdapter, EmulatedProxy
+from pytest_san.spi.protocols import Proxy
 
 P = PAGE_SIZE
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_san import checks
-from pytest_san.checks import CALLS
-from pytest_san.emulator import EmulatorBackend
 from pytest_san.scenarios.faults import AFTER_CALL, Case
+from pytest_san.spi import checks
+from pytest_san.spi.checks import CALLS
+from pytest_san.spi.emulator import EmulatorBackend
 from tests.support.fault_pairs import NOT_MADE, SLOTS, by_call, cases, run_pairs, sample
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from pytest_san.emulator import EmulatorBackend
+from pytest_san.spi.emulator import EmulatorBackend
 from tests.support.fuzz_spi import run_fuzz
 
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from pytest_san.emulator import EmulatorBackend
 from pytest_san.model import alternatives
 from pytest_san.model.run import ModelRun
 from pytest_san.model.state import Traits
-from pytest_san.protocols import ModelBudget
+from pytest_san.spi.emulator import EmulatorBackend
+from pytest_san.spi.protocols import ModelBudget
 
 MODEL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 MODEL = Path(alternatives.__file__).parent
@@ -101,9 +101,9 @@ def test_the_alternatives_are_expected_not_just_allowed(monkeypatch: pytest.Monk
 
 
 def test_a_send_that_gives_up_waiting_breaks_only_its_end() -> None:
-    from pytest_san.contract import Status
     from pytest_san.model.reference import Model
     from pytest_san.model.steps import Key, Register, Transfer, plan_for
+    from pytest_san.spi.contract import Status
 
     model = Model(plan_for(2), Traits(alts=alternatives.active({"verbs"}), desc_size=20))
     model.apply(Register(0, "memory", (0, 0, 0, 64), 3, reg=1))
@@ -121,9 +121,9 @@ def test_closing_the_peer_of_a_waiting_send_allows_that_it_gave_up_first() -> No
     """A waiting send may give up (send-wait-bounded) a moment before its end learns that the peer closed:
     the send ends CONNECTION_RESET either way, its end's other operations ABORTED or CONNECTION_RESET. Without
     the alternative the model keeps the one answer (found by CI's lab run: seed 1, sequences 17 and 183)."""
-    from pytest_san.contract import Status
     from pytest_san.model.reference import Model
     from pytest_san.model.steps import Close, Key, Register, Transfer, plan_for
+    from pytest_san.spi.contract import Status
 
     def waiting_send_and_recv(alts: frozenset[str]) -> Model:
         model = Model(plan_for(2), Traits(alts=alts, desc_size=20))
@@ -169,9 +169,9 @@ def test_a_waiting_send_the_step_delivered_did_not_give_up() -> None:
     import types
 
     from pytest_san import Completion
-    from pytest_san.contract import Status
     from pytest_san.model.execute import Side
     from pytest_san.model.steps import Key, Transfer
+    from pytest_san.spi.contract import Status
 
     class Op:
         def __init__(self, completion: Completion | None) -> None:
@@ -234,8 +234,8 @@ def test_a_read_into_several_buffers_may_be_refused_where_the_device_reads_into_
 def test_on_iwarp_an_error_ends_the_connection() -> None:
     """A transfer refused for its local buffers: on IB/RoCE only its end goes to error (the peer's receive
     stays pending); on iWARP the connection ends, the peer's receive completing ABORTED or CONNECTION_RESET."""
-    from pytest_san.contract import Status
     from pytest_san.model.steps import Key, Transfer
+    from pytest_san.spi.contract import Status
 
     def refused(alts: frozenset[str]) -> Any:
         model = _model(alts)
@@ -280,9 +280,9 @@ def test_more_entries_than_max_sge_are_expected_refused_only_in_the_reference_or
     """How many scatter entries a provider takes is its own (CONTRACT.md section 4): a provider that takes more
     than MAX_SGE is not failed for it, so the model skips such a step unless the backend declares the reference
     order, which fixes MAX_SGE; a second fault still makes the step a refusal on either."""
-    from pytest_san.contract import MAX_SGE
     from pytest_san.model.reference import Model
     from pytest_san.model.steps import Key, Register, Transfer, plan_for
+    from pytest_san.spi.contract import MAX_SGE
 
     def five_entries(reference_order: bool, owner: int = 0) -> Any:
         model = Model(plan_for(2), Traits(desc_size=20, reference_order=reference_order))

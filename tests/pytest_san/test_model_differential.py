@@ -3,7 +3,7 @@ that declares it (``reference_order``), in the model and in its differential mod
 
 The provider a conftest plugs in through ``pytest_san_make_provider`` answers one case otherwise:
 register_rdma_memory with both invalid access flags and a too-small ``descriptor_size`` raises WSAEFAULT (the
-probe's answer) where the reference order (pytest_san.checks.ORDER) checks the access first: WSAEINVAL. The
+probe's answer) where the reference order (pytest_san.spi.checks.ORDER) checks the access first: WSAEINVAL. The
 contract accepts either code, so the model passes it, and so does the differential mode: a plugin's provider
 does not follow the reference order (the plugin drops ``reference_order`` from its node). The same provider on
 a backend that declares it is held to the table: the model expects the access's WSAEINVAL.
@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from pytest_san import SanError, WsaError
-from pytest_san.checks import REFERENCE_ORDER
-from pytest_san.emulator import EmulatorBackend
 from pytest_san.model.run import ModelRun
 from pytest_san.model.state import Traits
 from pytest_san.model.steps import Reconnect, Register
-from pytest_san.protocols import ModelBudget
+from pytest_san.spi.checks import REFERENCE_ORDER
+from pytest_san.spi.emulator import EmulatorBackend
+from pytest_san.spi.protocols import ModelBudget
 
 CONFTEST = '''
 from pytest_san import SanError, WsaError

@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 
-from pytest_san.checks import REFERENCE_ORDER
-from pytest_san.emulator import EmulatorBackend
 from pytest_san.model.execute import Side
 from pytest_san.model.generate import Generator
 from pytest_san.model.regressions import REGRESSIONS
@@ -24,7 +22,9 @@ from pytest_san.model.shrink import shrink
 from pytest_san.model.state import Traits
 from pytest_san.model.steps import Namer, Register, Transfer
 from pytest_san.model.world import World
-from pytest_san.protocols import ModelBudget
+from pytest_san.spi.checks import REFERENCE_ORDER
+from pytest_san.spi.emulator import EmulatorBackend
+from pytest_san.spi.protocols import ModelBudget
 from tests.pytest_san.test_stateful import BROKEN
 
 

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from pytest_san import Access
-from pytest_san.contract import MAX_SGE, SanError, Status, WsaError
-from pytest_san.emulator import EmulatorBackend
 from pytest_san.model import alternatives
 from pytest_san.model.reference import Model
 from pytest_san.model.run import ModelRun, Summary
 from pytest_san.model.state import Traits
 from pytest_san.model.steps import Key, Register, Transfer, plan_for
 from pytest_san.mutants.wrapping import DelegatingProvider, Shared, entries
-from pytest_san.protocols import Buffer, ModelBudget, Node
+from pytest_san.spi.contract import MAX_SGE, SanError, Status, WsaError
+from pytest_san.spi.emulator import EmulatorBackend
+from pytest_san.spi.protocols import Buffer, ModelBudget, Node
 from tests.pytest_san.held_out.single_entry_rdma_read import SingleEntryRdmaRead
 
 REFUSED = alternatives.REFUSED_AT_CALL

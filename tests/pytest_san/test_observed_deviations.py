@@ -14,10 +14,10 @@ import pytest
 
 from hil.tools.lab.reproduce import REPRODUCERS
 from pytest_san import Deviation
-from pytest_san.emulator import EmulatorBackend
 from pytest_san.observed import ObservedProcess
 from pytest_san.observed_scenarios import conftest, test_nvme_rdma, test_rsockets
 from pytest_san.observed_scenarios.deviations import NVME, NVME_POOL_KEYS, RSOCKETS
+from pytest_san.spi.emulator import EmulatorBackend
 
 from .test_plugin import FAKE_CONFTEST
 

@@ -19,7 +19,7 @@ def test_the_pause_doubles_while_nothing_moves_and_ends_when_something_does(monk
 def test_a_connection_waiting_on_the_emulator_pauses_only_when_nothing_moved(monkeypatch: pytest.MonkeyPatch) -> None:
     """The switch's wait loop: a receive of bytes never sent times out, pausing between idle rounds rather
     than asking again at once (on a lab each round is a round trip)."""
-    from pytest_san.emulator import EmulatorBackend
+    from pytest_san.spi.emulator import EmulatorBackend
     from pytest_san.switch import Switch
 
     backend = EmulatorBackend()

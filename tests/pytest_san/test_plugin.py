@@ -322,7 +322,7 @@ def test_node_capabilities_hook_has_the_last_word(pytester: pytest.Pytester) -> 
 
 def test_a_replaced_provider_does_not_inherit_the_backends_claims_about_its_own(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
-        from pytest_san.emulator import backend
+        from pytest_san.spi.emulator import backend
 
         backend.CAPABILITIES = backend.CAPABILITIES | {"reference_order"}
 

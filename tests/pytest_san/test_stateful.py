@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from pytest_san import Access
-from pytest_san.emulator import EmulatorBackend
 from pytest_san.model.alternatives import active
 from pytest_san.model.divergence import answer, expected
 from pytest_san.model.execute import Seen, Side
@@ -34,6 +33,7 @@ from pytest_san.model.generate import Generator
 from pytest_san.model.state import Traits
 from pytest_san.model.steps import Namer, Step
 from pytest_san.model.world import World
+from pytest_san.spi.emulator import EmulatorBackend
 
 # Every choice inside a rule comes from one seeded Random per step: a single Hypothesis choice
 # instead of a dozen ``data.draw`` calls. Hypothesis still shrinks the sequence of rule calls.

@@ -13,12 +13,12 @@ import pytest
 
 import pytest_san.model.test_model as deep
 import pytest_san.scenarios.test_model as suite
-from pytest_san.contract import Access
 from pytest_san.model.execute import Problem
 from pytest_san.model.reference import Model
 from pytest_san.model.rules import MODEL_RULES, broken_rules
 from pytest_san.model.state import Traits
 from pytest_san.model.steps import Close, Deregister, Key, Register, Step, Transfer, plan_for
+from pytest_san.spi.contract import Access
 
 R, W, RW = int(Access.READ), int(Access.WRITE), int(Access.READWRITE)
 MODEL_TESTS = "test_the_model_finds_no_divergence_breaking"
@@ -78,8 +78,8 @@ def test_zero_sequences_leave_the_model_out(pytester: pytest.Pytester) -> None:
 
 
 BUDGETED = """
-    from pytest_san.emulator import EmulatorBackend
-    from pytest_san.protocols import ModelBudget
+    from pytest_san.spi.emulator import EmulatorBackend
+    from pytest_san.spi.protocols import ModelBudget
 
 
     class Budgeted(EmulatorBackend):

@@ -11,8 +11,8 @@ from typing import Any, cast
 import pytest
 
 from pytest_san import Access, SanError, Switch, WsaError
-from pytest_san.emulator import EmulatorBackend
-from pytest_san.emulator.provider import QUEUE_DEPTH
+from pytest_san.spi.emulator import EmulatorBackend
+from pytest_san.spi.emulator.provider import QUEUE_DEPTH
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pytest_san.mutants import corpus
 SWITCH_ENTRIES = [e for e in corpus() if e.name.startswith("switch_")]
 
 CHECKS = """
-from pytest_san.protocols import Switch, SwitchConnection, SwitchEndpoint
+from pytest_san.spi.protocols import Switch, SwitchConnection, SwitchEndpoint
 
 
 def test_the_switch(san_switch):
@@ -60,7 +60,7 @@ def test_a_hook_that_returns_no_switch_is_refused_by_name(pytester: pytest.Pytes
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*TypeError: pytest_san_make_switch returned 'a switch', which is no switch: it "
-                                 "lacks connect, close_all (pytest_san.protocols.Switch)*"])
+                                 "lacks connect, close_all (pytest_san.spi.protocols.Switch)*"])
 
 
 def test_the_corpus_has_switch_bugs_and_legal_switches() -> None:

@@ -1,4 +1,4 @@
-"""Every pair of call-time faults, for every SPI call, against the reference order (pytest_san.checks).
+"""Every pair of call-time faults, for every SPI call, against the reference order (pytest_san.spi.checks).
 
 The faults each argument can carry are the suite's (``pytest_san.scenarios.faults``, generated from the reference
 order); the cases here are every fault alone and every pair of faults in two different slots (the cross product). Any

@@ -58,8 +58,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from pytest_san import PAGE_SIZE, Access, CacheType, Completion, DeviceDescription, SanError, Status, Switch, WsaError
-from pytest_san.contract import is_int as _is_int
 from pytest_san.plugin.fixtures import leak_message
+from pytest_san.spi.contract import is_int as _is_int
 
 ALLOWED = (SanError, TypeError, ValueError)
 T = TypeVar("T")
@@ -1379,7 +1379,7 @@ def main() -> None:
     args = parser.parse_args()
     from test_fuzz_spi import emulator_internals_agree  # type: ignore[import-not-found]
 
-    from pytest_san.emulator import EmulatorBackend
+    from pytest_san.spi.emulator import EmulatorBackend
 
     run_fuzz(EmulatorBackend, max_examples=args.examples, steps=args.steps, extra_check=emulator_internals_agree)
     print(f"{args.examples} examples of up to {args.steps} steps: no invariant broken")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_san import Descriptor, Node, PendingOperation, Provider, SanError, Socket, WsaError
-from pytest_san.protocols import LocalBuffers
+from pytest_san.spi.protocols import LocalBuffers
 
 
 class WithoutRdmaRead:

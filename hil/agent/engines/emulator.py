@@ -9,9 +9,9 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from pytest_san.burst import WindowedBurst
-from pytest_san.contract import is_int
-from pytest_san.emulator import (
+from pytest_san.spi.burst import WindowedBurst
+from pytest_san.spi.contract import is_int
+from pytest_san.spi.emulator import (
     EmulatedNode,
     EmulatedOperation,
     EmulatedProcess,
@@ -20,7 +20,7 @@ from pytest_san.emulator import (
     EmulatedSocket,
     EmulatorBackend,
 )
-from pytest_san.emulator.proxy import EmulatedAllocation, EmulatedDmaAdapter, EmulatedPin
+from pytest_san.spi.emulator.proxy import EmulatedAllocation, EmulatedDmaAdapter, EmulatedPin
 
 
 class EmulatorEngine:

@@ -71,7 +71,7 @@ def _off(engine: Any, name: str) -> dict[str, Any] | None:
 def siw_zero_length_sge(engine: Any) -> dict[str, Any]:
     """A send whose scatter list starts with a zero-length entry, then 64 bytes: siw_tx_hdt (kernel 6.1) takes
     the zero-length entry's memory object, which siw never looked up (NULL), and oopses."""
-    from pytest_san.contract import Access, Status
+    from pytest_san.spi.contract import Access, Status
 
     if (refused := _off(engine, "siw-zero-length-sge")) is not None:
         return refused
@@ -96,7 +96,7 @@ def siw_zero_length_sge(engine: Any) -> dict[str, Any]:
 
 def _read_of_a_write_only_window(engine: Any) -> tuple[str, str]:
     """An RDMA read of a window registered WRITE-only: served (the bug), or refused."""
-    from pytest_san.contract import Access, Status
+    from pytest_san.spi.contract import Access, Status
 
     provider = engine.provider
     a, b, sa, sb = _pair(engine)
@@ -118,7 +118,7 @@ OVERLONG = 256 * 1024  # an RDMA write of twice the window: at least three FPDUs
 
 def _overlong_write(engine: Any) -> tuple[str, str]:
     """An RDMA write twice as long as its window: refused whole (gone), or its first segments placed."""
-    from pytest_san.contract import Access, Status
+    from pytest_san.spi.contract import Access, Status
 
     provider = engine.provider
     a, b, sa, sb = _pair(engine)
@@ -159,7 +159,7 @@ def rxe_zero_length_read(engine: Any) -> dict[str, Any]:
     """An RDMA read of zero bytes posted to the NIC (the engine completes it itself otherwise): it never
     completed, as the lab fuzz once saw it on rxe; it does complete on 6.1 and 6.12. The detail also shows why
     the engine keeps completing one itself (quirks.py's ``kept``): one past the window's end completes too."""
-    from pytest_san.contract import Access
+    from pytest_san.spi.contract import Access
 
     if (refused := _off(engine, "rxe-zero-length-read")) is not None:
         return refused
@@ -180,7 +180,7 @@ def rxe_zero_length_read(engine: Any) -> dict[str, Any]:
 def rxe_send_wait_bounded(engine: Any) -> dict[str, Any]:
     """A send the peer has posted no receive for (the model's send-wait-bounded): with rnr_retry 7 (retry for
     ever) it should wait; rxe (kernel 6.1) lets the retransmission timer end it after about 2 s."""
-    from pytest_san.contract import Access
+    from pytest_san.spi.contract import Access
 
     provider = engine.provider
     a, b, sa, sb = _pair(engine)
@@ -199,7 +199,7 @@ def rxe_send_wait_bounded(engine: Any) -> dict[str, Any]:
 
 def _unknown_lkey_send(engine: Any) -> dict[str, Any] | None:
     """A send whose source names an lkey nobody registered, on an idle queue: its completion, or None."""
-    from pytest_san.contract import Access
+    from pytest_san.spi.contract import Access
 
     provider = engine.provider
     a, b, sa, sb = _pair(engine)
@@ -236,7 +236,7 @@ def rxe_unknown_lkey_status(engine: Any) -> dict[str, Any]:
 def rxe_short_receive_status(engine: Any) -> dict[str, Any]:
     """A 64-byte message into a 16-byte receive (the model's short-receive-status): verbs says LOC_LEN_ERR (1)
     at the receiver; rxe (kernel 6.1) says LOC_QP_OP_ERR (2)."""
-    from pytest_san.contract import Access
+    from pytest_san.spi.contract import Access
 
     provider = engine.provider
     a, b, sa, sb = _pair(engine)
@@ -255,7 +255,7 @@ def rxe_local_op_replayed(engine: Any) -> dict[str, Any]:
     """A window bound behind a send the peer has posted no receive for yet, then the receive: rxe 6.12
     replays the bind with the send's RNR retry, the second bind fails, and the QP goes to error with the
     send flushed (WR_FLUSH_ERR) instead of completing; on rxe 6.1 the send never completes at all."""
-    from pytest_san.contract import Access, SanError, Status
+    from pytest_san.spi.contract import Access, SanError, Status
 
     if (refused := _off(engine, "rxe-local-op-replayed")) is not None:
         return refused

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_san import SO_MAX_RDMA_SIZE, Access, Buffer, Handle, PendingOperation, Process, SanError, Status, WsaError
-from pytest_san.protocols import Socket
+from pytest_san.spi.protocols import Socket
 
 from .records import COUNT_MODULO, HEADER, LENGTH, Kind, record, take_records
 
@@ -36,7 +36,7 @@ class Transfer:
 
 
 class SimpleEndpoint:
-    """``.socket .process .provider .proxy`` and the application's ``send``/``recv`` (pytest_san.protocols)."""
+    """``.socket .process .provider .proxy`` and the application's ``send``/``recv`` (pytest_san.spi.protocols)."""
 
     def __init__(self, conn: SimpleConnection, name: str, socket: Socket, process: Process) -> None:
         self.conn = conn

@@ -1,4 +1,4 @@
-"""The simple switch and its connections: what ``pytest_san.protocols.Switch`` names, and nothing of
+"""The simple switch and its connections: what ``pytest_san.spi.protocols.Switch`` names, and nothing of
 ``pytest_san.switch``."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class SimpleConnection:
 
 
 class SimpleSwitch:
-    """A Windows Sockets switch over the ``Provider`` protocol (``pytest_san.protocols.Switch``)."""
+    """A Windows Sockets switch over the ``Provider`` protocol (``pytest_san.spi.protocols.Switch``)."""
 
     connection = SimpleConnection  # what ``connect`` builds (a subclass may build another)
 

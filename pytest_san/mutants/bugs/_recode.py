@@ -6,7 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ...contract import SanError, WsaError
+from ...spi.contract import SanError, WsaError
 from ..wrapping import DelegatingProvider
 
 CALLS = ("register_memory", "deregister_memory", "register_rdma_memory", "deregister_rdma_memory", "rdma_write",

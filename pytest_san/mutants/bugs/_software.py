@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import Access, Completion, Status
+from ...spi.contract import Access, Completion, Status
 from ..wrapping import DelegatingProvider, Finished, Registered, entries, gather, inside, scatter
 
 

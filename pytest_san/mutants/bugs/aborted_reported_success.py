@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import Completion, Status
+from ...spi.contract import Completion, Status
 from ..wrapping import DelegatingProvider, Recoded, provider_hook
 
 BREAKS = ("R11", "R14")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import SanError, WsaError
+from ...spi.contract import SanError, WsaError
 from ..wrapping import DelegatingProvider, Registered, provider_hook
 
 BREAKS = ("R5",)

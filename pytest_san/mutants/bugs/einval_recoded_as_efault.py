@@ -6,7 +6,7 @@ maps its internal "bad argument" status to WSAEFAULT because most of its bad arg
 
 from __future__ import annotations
 
-from ...contract import WsaError
+from ...spi.contract import WsaError
 from ..wrapping import provider_hook
 from ._recode import recoding
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import MAX_RDMA_SIZE, RDMA_THRESHOLD, SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, SanError, WsaError
+from ...spi.contract import MAX_RDMA_SIZE, RDMA_THRESHOLD, SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, SanError, WsaError
 from ..wrapping import DelegatingProvider, provider_hook
 
 BREAKS = ("R14",)

@@ -7,7 +7,7 @@ through a translation table to the default case. It shows only where allocations
 
 from __future__ import annotations
 
-from ...contract import WsaError
+from ...spi.contract import WsaError
 from ..wrapping import provider_hook
 from ._recode import recoding
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import PAGE_SIZE
+from ...spi.contract import PAGE_SIZE
 from ..wrapping import DelegatingProvider, DelegatingProxy, provider_hook, proxy_hook
 
 BREAKS = ("R8", "R12")

@@ -6,7 +6,7 @@ every buffer, which a SAN proxy must not.
 
 from __future__ import annotations
 
-from ...contract import DO_DIRECT_IO
+from ...spi.contract import DO_DIRECT_IO
 from ..wrapping import DelegatingProxy, proxy_hook
 
 BREAKS = ("P1",)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import CacheType
+from ...spi.contract import CacheType
 from ..wrapping import DelegatingProxy, proxy_hook
 
 BREAKS = ("P4",)

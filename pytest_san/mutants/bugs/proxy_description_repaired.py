@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ...contract import DeviceDescription
+from ...spi.contract import DeviceDescription
 from ..wrapping import DelegatingProxy, proxy_hook
 
 BREAKS = ("P5",)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...protocols import Buffer
+from ...spi.protocols import Buffer
 from ..wrapping import DelegatingProxy, proxy_hook
 
 BREAKS = ("P1", "P2")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import PAGE_SIZE
+from ...spi.contract import PAGE_SIZE
 from ..wrapping import DelegatingProxy, proxy_hook
 
 BREAKS = ("P2", "R12")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import DESCRIPTOR_SIZE, SanError, WsaError
+from ...spi.contract import DESCRIPTOR_SIZE, SanError, WsaError
 from ..wrapping import DelegatingProvider, fake_handle, provider_hook
 
 BREAKS = ("R1", "R14")

@@ -7,8 +7,8 @@ Realistic: one registration is cheaper than two, and nothing the switch itself d
 
 from __future__ import annotations
 
-from ...contract import Access
 from ...examples.simple_switch import Release, SimpleEndpoint
+from ...spi.contract import Access
 from ..switching import simple_switch_hook
 
 BREAKS = ("R9",)

@@ -6,8 +6,8 @@ off-by-one in carving one allocation into two rings. Over ``pytest_san.examples.
 
 from __future__ import annotations
 
-from ...contract import Access
 from ...examples.simple_switch import SimpleEndpoint
+from ...spi.contract import Access
 from ..switching import simple_switch_hook
 
 BREAKS = ("R9",)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...protocols import Node, Process, SwitchConnection
+from ...spi.protocols import Node, Process, SwitchConnection
 from ..switching import ConnectionView, SwitchWrapper, own_switch, switch_hook
 
 BREAKS = ("R10",)

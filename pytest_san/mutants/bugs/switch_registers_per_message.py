@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import Access
 from ...examples.simple_switch import SimpleEndpoint
-from ...protocols import PendingOperation
+from ...spi.contract import Access
+from ...spi.protocols import PendingOperation
 from ..switching import simple_switch_hook
 
 BREAKS = ("R9",)

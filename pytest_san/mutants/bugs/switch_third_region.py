@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import Access
-from ...protocols import Node, Process, SwitchConnection
+from ...spi.contract import Access
+from ...spi.protocols import Node, Process, SwitchConnection
 from ..switching import SwitchWrapper, own_switch, switch_hook, traced
 
 BREAKS = ("R9",)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import Access
+from ...spi.contract import Access
 from ..wrapping import DelegatingProvider, is_access, provider_hook
 
 BREAKS = ("R7",)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ...protocols import Node, Provider, Proxy
+from ...spi.protocols import Node, Provider, Proxy
 
 
 class Forwarding:

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from ...contract import SanError, WsaError
+from ...spi.contract import SanError, WsaError
 from ..wrapping import DelegatingProvider, provider_hook
 
 _handles = itertools.count(1 << 40)  # far from any handle the wrapped providers hand out

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from ...contract import Completion
-from ...protocols import Node, Provider
+from ...spi.contract import Completion
+from ...spi.protocols import Node, Provider
 from ..wrapping import DelegatingProvider, Shared, shared
 
 DEFAULT_MS = 15.0

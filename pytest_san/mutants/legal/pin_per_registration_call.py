@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...contract import SanError
+from ...spi.contract import SanError
 from ..wrapping import DelegatingProvider, provider_hook
 
 

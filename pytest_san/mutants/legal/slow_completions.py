@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import Completion
+from ...spi.contract import Completion
 from ..wrapping import DelegatingProvider, provider_hook
 
 POLLS = 3

@@ -18,7 +18,7 @@ import pytest
 
 from hil.agent.engines.verbs import host
 from hil.agent.engines.verbs.proxy_module import live_counts
-from pytest_san.contract import PAGE_SIZE, SanError, WsaError
+from pytest_san.spi.contract import PAGE_SIZE, SanError, WsaError
 
 RATIO = Path("/proc/sys/vm/lowmem_reserve_ratio")
 

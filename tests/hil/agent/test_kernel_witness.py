@@ -14,7 +14,7 @@ import pytest
 
 from hil.agent.engines.verbs.witness import KernelWitness, judge
 from hil.agent.rdma_netlink import KernelUnreadable
-from pytest_san.contract import Access
+from pytest_san.spi.contract import Access
 
 PID, OTHER = 4242, 999
 

@@ -24,7 +24,7 @@ import pytest
 
 from hil.agent import rdma_netlink as nl
 from hil.agent.engines.verbs import host
-from pytest_san.contract import Access
+from pytest_san.spi.contract import Access
 
 SYSFS = "/sys/class/infiniband"
 

@@ -27,7 +27,7 @@ import pytest
 from hil.agent.engines.verbs import host, quirks
 from hil.agent.engines.verbs.child import serve
 from hil.rpc.codec import Opaque
-from pytest_san.contract import (
+from pytest_san.spi.contract import (
     DESCRIPTOR_SIZE,
     DO_DIRECT_IO,
     MAX_SGE,
@@ -925,7 +925,7 @@ def test_proxy_refuses_what_is_not_an_integer() -> None:
 
 
 def test_engine_checks_scatter_lists_before_the_child_sees_them() -> None:
-    """The agent runs the objects stage of pytest_san.checks itself: a malformed entry after a good one is a
+    """The agent runs the objects stage of pytest_san.spi.checks itself: a malformed entry after a good one is a
     TypeError naming it, and too many entries WSAEINVAL whatever they hold, before any request reaches the child
     (which would mark the good pair's handle in use); a good list reaches it as [address, length, handle]."""
     from hil.agent.engines.verbs.engine import ModelledProcess, VerbsBuffer, VerbsProvider, VerbsSocket
@@ -1069,8 +1069,9 @@ def test_agent_code_is_python39_and_standalone() -> None:
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module == "pytest_san" and not node.level:
-                names = [f"pytest_san.{a.name}" for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module in ("pytest_san", "pytest_san.spi") \
+                    and not node.level:
+                names = [f"{node.module}.{a.name}" for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 names = [("." if node.level else "") + (node.module or "")]
             else:
@@ -1078,7 +1079,7 @@ def test_agent_code_is_python39_and_standalone() -> None:
             for name in names:
                 if name.startswith("pytest_san"):  # the contract's values, checks and DMA adapters' books: never
                     # the emulator or pytest
-                    assert name in ("pytest_san.contract", "pytest_san.checks", "pytest_san.dma"), \
+                    assert name in ("pytest_san.spi.contract", "pytest_san.spi.checks", "pytest_san.spi.dma"), \
                         f"{path.name} imports {name}: the agent must not"
                     continue
                 top = name.split(".")[0]

@@ -20,7 +20,7 @@ from hil.controller.backend import HilBackend
 from hil.controller.client import AgentError
 from hil.inventory import HostConfig
 from pytest_san import Access, Backend, Connection, DeviceDescription, SanError, Switch
-from pytest_san.emulator import EmulatorBackend
+from pytest_san.spi.emulator import EmulatorBackend
 
 
 class Other(enum.IntEnum):

@@ -14,7 +14,7 @@ import pytest
 
 from hil.controller.backend import HilBackend
 from hil.inventory.model import HostConfig
-from pytest_san.checks import REFERENCE_ORDER
+from pytest_san.spi.checks import REFERENCE_ORDER
 from tests.support.fault_pairs import SLOTS, cases, run_pairs
 
 

@@ -26,7 +26,7 @@ from hil.controller.backend import HilBackend
 from hil.controller.client import AgentError
 from hil.inventory import HostConfig
 from pytest_san import Access, Backend, CacheType, DeviceDescription, SanError
-from pytest_san.emulator import EmulatorBackend
+from pytest_san.spi.emulator import EmulatorBackend
 
 EXAMPLES = int(os.environ.get("SAN_FUZZ_EXAMPLES", "100"))
 

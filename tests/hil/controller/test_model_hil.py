@@ -18,7 +18,7 @@ from hil.controller.backend import HilBackend
 from pytest_san.model.regressions import REGRESSIONS
 from pytest_san.model.run import ModelRun
 from pytest_san.model.steps import plan_for
-from pytest_san.protocols import ModelBudget
+from pytest_san.spi.protocols import ModelBudget
 from tests.support.lab_hosts import host_configs, write_inventory
 from tests.support.sshd import SshServer
 

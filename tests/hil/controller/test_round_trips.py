@@ -232,7 +232,7 @@ def test_a_failed_call_among_those_made_together_is_its_own(sshd_host: HostConfi
     """A batch on hil: each call's outcome is its own (a failure does not stop or spoil the others) and
     a failed build of a connection's end releases what the others built (all or nothing)."""
     from pytest_san import SanError, WsaError
-    from pytest_san.contract import QUEUE_DEPTH
+    from pytest_san.spi.contract import QUEUE_DEPTH
 
     backend = HilBackend([sshd_host])
     try:
@@ -344,7 +344,7 @@ def test_calls_naming_earlier_results_go_in_one_round_trip_and_answer_as_alone(s
     """``Later.ref`` in a batch on hil: an allocation, a registration of it, a receive into it and waits for that
     receive, one round trip in all; the outcomes are those of the same calls made on the emulator in-process (a
     call naming a failed one fails the same, unmade)."""
-    from pytest_san.emulator import EmulatorBackend
+    from pytest_san.spi.emulator import EmulatorBackend
 
     alone = EmulatorBackend()
     a, _ = alone.connect_sockets(alone.nodes[0].default_process, alone.nodes[0].spawn_process())

@@ -2,7 +2,7 @@
 
 Run only when ``SAN_LAB_INVENTORY`` names the inventory of a running lab (skipped otherwise, saying so). The
 verbs engine checks a call's objects in the agent and the rest in the child that owns the socket and the device;
-every case must still get the reference order's answer (pytest_san.checks), as on the emulator, and change
+every case must still get the reference order's answer (pytest_san.spi.checks), as on the emulator, and change
 nothing on the device. Every call is a round trip: ``SAN_PAIRS_SAMPLE=N`` makes N cases drawn with
 ``SAN_PAIRS_SEED`` (default 1) instead of all of them (CI runs a sample, nightly the whole product);
 ``SAN_PAIRS_ANSWERS=PATH`` writes each case's answer as JSON, to compare backends call by call.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hil.controller.backend import HilBackend
-from pytest_san.checks import REFERENCE_ORDER
+from pytest_san.spi.checks import REFERENCE_ORDER
 from tests.support.fault_pairs import cases, run_pairs, sample
 from tests.support.lab_hosts import running_lab_hosts
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pytest_san import Access
 from pytest_san.mutants.wrapping import SubstitutingHandles, provider_hook
-from pytest_san.protocols import Buffer
+from pytest_san.spi.protocols import Buffer
 
 BREAKS = ("R6", "R7")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_san.mutants.wrapping import SubstitutingHandles, inside, provider_hook
-from pytest_san.protocols import Buffer
+from pytest_san.spi.protocols import Buffer
 
 BREAKS = ("R8",)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_san import SanError, WsaError
 from pytest_san.mutants.wrapping import DelegatingProvider, entries, provider_hook
-from pytest_san.protocols import Buffer
+from pytest_san.spi.protocols import Buffer
 
 
 class SingleEntryRdmaRead(DelegatingProvider):

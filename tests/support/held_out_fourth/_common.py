@@ -9,7 +9,7 @@ from typing import Any
 
 from pytest_san import Access, Completion, Status
 from pytest_san.mutants.wrapping import Finished, Registered, Shared, gather, inside, scatter
-from pytest_san.protocols import Buffer, Socket
+from pytest_san.spi.protocols import Buffer, Socket
 
 
 def peer_of(socket: object) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_san import Access, SanError, WsaError
 from pytest_san.mutants.wrapping import DelegatingProvider, inside, provider_hook
-from pytest_san.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
+from pytest_san.spi.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
 
 from ._common import allows, live, pairs_of
 

@@ -13,7 +13,7 @@ Breaks R8 (bytes beyond the registered range are written or read; one entry outs
 from __future__ import annotations
 
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
+from pytest_san.spi.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
 
 from ._common import allows, by_hand, locals_ok, pairs_of, peer_of, rdma_needs, windows
 

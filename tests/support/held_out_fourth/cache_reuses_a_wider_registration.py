@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pytest_san import Access
 from pytest_san.mutants.wrapping import DelegatingProvider, Registered, inside, provider_hook
-from pytest_san.protocols import Buffer, Handle, Socket
+from pytest_san.spi.protocols import Buffer, Handle, Socket
 
 from ._common import allows
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pytest_san import Completion, Status
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
+from pytest_san.spi.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
 
 BREAKS = ("R11", "R14")
 CLOSED = "close_loses_flush_completions"

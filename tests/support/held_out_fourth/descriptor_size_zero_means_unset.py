@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pytest_san import Access
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.protocols import Buffer, Descriptor, Socket
+from pytest_san.spi.protocols import Buffer, Descriptor, Socket
 
 BREAKS = ("R14",)
 

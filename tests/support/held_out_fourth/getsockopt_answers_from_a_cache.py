@@ -18,7 +18,7 @@ import contextlib
 from typing import Any
 
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.protocols import Socket
+from pytest_san.spi.protocols import Socket
 
 BREAKS = ("R4", "R14")
 CACHE = "getsockopt_answers_from_a_cache"

@@ -17,7 +17,7 @@ from typing import Any
 
 from pytest_san import SanError, WsaError
 from pytest_san.mutants.wrapping import Registered, SubstitutingHandles, inside, provider_hook
-from pytest_san.protocols import Buffer, Descriptor, Handle, LocalBuffers, PendingOperation, Socket
+from pytest_san.spi.protocols import Buffer, Descriptor, Handle, LocalBuffers, PendingOperation, Socket
 
 from ._common import live
 

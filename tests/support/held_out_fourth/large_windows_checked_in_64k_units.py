@@ -16,7 +16,7 @@ access and the connection are still checked (R2, R6, R7 hold).
 from __future__ import annotations
 
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
+from pytest_san.spi.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
 
 from ._common import allows, by_hand, locals_ok, pairs_of, peer_of, rdma_needs, windows
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pytest_san import SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.protocols import Socket
+from pytest_san.spi.protocols import Socket
 
 VALUES = {SO_MAX_RDMA_SIZE: 256 * 1024, SO_RDMA_THRESHOLD_SIZE: 8000}
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_san import Access
 from pytest_san.mutants.wrapping import DelegatingProvider, DelegatingProxy, provider_hook, proxy_hook
-from pytest_san.protocols import Buffer, Descriptor, Handle, Socket
+from pytest_san.spi.protocols import Buffer, Descriptor, Handle, Socket
 
 BREAKS = ("R12",)
 PINNING = "pin_shared_across_sockets"

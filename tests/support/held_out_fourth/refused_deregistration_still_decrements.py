@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_san import SanError, WsaError
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.protocols import Descriptor, Handle, Socket
+from pytest_san.spi.protocols import Descriptor, Handle, Socket
 
 from ._common import live
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_san import Access, SanError, WsaError
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.protocols import Buffer, Descriptor, LocalBuffers, PendingOperation, Socket
+from pytest_san.spi.protocols import Buffer, Descriptor, LocalBuffers, PendingOperation, Socket
 
 SIZE = 8
 TABLES = "short_descriptor_tokens"

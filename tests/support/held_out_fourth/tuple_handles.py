@@ -14,7 +14,7 @@ import itertools
 from typing import Any
 
 from pytest_san.mutants.wrapping import SubstitutingHandles, fake_handle, provider_hook
-from pytest_san.protocols import Buffer, Handle, Socket
+from pytest_san.spi.protocols import Buffer, Handle, Socket
 
 TABLES = "tuple_handles"
 _serials = itertools.count(1)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_san.mutants.wrapping import DelegatingProvider, provider_hook
-from pytest_san.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
+from pytest_san.spi.protocols import Descriptor, LocalBuffers, PendingOperation, Socket
 
 BREAKS = ("R1", "R3", "R14")
 

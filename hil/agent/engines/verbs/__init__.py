@@ -1,6 +1,6 @@
 """The verbs engine: a real SAN provider on pyverbs, run by the agent on a lab host.
 
-Standard library + pyverbs + ``pytest_san.contract`` (the contract's values, pushed with the agent),
+Standard library + pyverbs + ``pytest_san.spi.contract`` (the contract's values, pushed with the agent),
 Python 3.9 compatible. In the agent's main process: ``engine`` (what the agent dispatches to),
 ``devices`` (device, port and GID selection), ``children`` (one child OS process per modelled
 process, and its client), ``proxy`` and ``physical`` (the pinned-memory proxy driver; ``host``

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hil.agent.engines.verbs.records import Operation
-from pytest_san.contract import Status
+from pytest_san.spi.contract import Status
 
 
 class Burst:

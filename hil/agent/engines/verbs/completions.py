@@ -17,7 +17,7 @@ from typing import Any
 from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.context import DeviceContext
 from hil.agent.engines.verbs.records import FENCED, INTERNAL, Operation, Socket
-from pytest_san.contract import (
+from pytest_san.spi.contract import (
     SanError,
     Status,
     WsaError,

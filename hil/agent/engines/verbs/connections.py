@@ -36,7 +36,7 @@ from pyverbs.qp import QPAttr
 from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.context import DeviceContext
 from hil.agent.engines.verbs.records import Socket
-from pytest_san.contract import (
+from pytest_san.spi.contract import (
     SanError,
     WsaError,
 )

@@ -18,7 +18,7 @@ from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.devices import SYSFS, device_address
 from hil.agent.engines.verbs.quirks import applied, driver_of
 from hil.agent.engines.verbs.records import CQ_PER_SOCKET
-from pytest_san.contract import MAX_SGE, SanError, WsaError
+from pytest_san.spi.contract import MAX_SGE, SanError, WsaError
 
 RD_ATOMIC = 4  # RDMA reads in flight each way, at most (the device may allow fewer)
 

@@ -21,8 +21,8 @@ from hil.agent.engines.verbs.witness import KernelWitness
 from hil.agent.kmsg import KernelLogWatch
 from hil.agent.nvme.available import nvme_fabric_child, nvme_rdma_available
 from hil.agent.observe.driver import PROGRAMS, ObservedChild, rsockets_library
-from pytest_san import checks
-from pytest_san.contract import (
+from pytest_san.spi import checks
+from pytest_san.spi.contract import (
     PAGE_SIZE,
     SanError,
     Status,
@@ -171,7 +171,7 @@ class VerbsProvider:
         sock.process.child.call("deregister_rdma_memory", socket=sock.sid, descriptor=descriptor)
 
     def _op(self, socket: Any, method: str, buffers: Any, **params: Any) -> VerbsOperation:
-        """The objects stage of pytest_san.checks here, where the buffers are objects; the child, which owns the
+        """The objects stage of pytest_san.spi.checks here, where the buffers are objects; the child, which owns the
         socket and the device, runs the rest."""
         sock = self._socket(socket)
         entries = checks.transfer_objects(method, buffers, sock.process)
@@ -346,7 +346,7 @@ class VerbsEngine:
         return [s for p in self.processes if p.alive for s in p.sockets if not s.closed]
 
     def hello(self) -> dict[str, Any]:
-        # reference_order: its checks are pytest_san.checks', in their order (the agent's and the child's stages).
+        # reference_order: its checks are pytest_san.spi.checks', in their order (the agent's and the child's stages).
         caps = set(host_capabilities(self.proxy.inner, self.default_process.child.hello)) | {"process_kill",
                                                                                             checks.REFERENCE_ORDER}
         if rsockets_library() is not None:

@@ -36,8 +36,8 @@ from hil.agent.engines.verbs.proxy_module import (
     ProxyDevice,
     live_counts,
 )
-from pytest_san.contract import PAGE_SIZE, CacheType, SanError, WsaError, is_int
-from pytest_san.dma import CommonBuffer, DmaAdapterBooks, check_description, check_integers, checked_put
+from pytest_san.spi.contract import PAGE_SIZE, CacheType, SanError, WsaError, is_int
+from pytest_san.spi.dma import CommonBuffer, DmaAdapterBooks, check_description, check_integers, checked_put
 
 #: What the action an ioctl runs returns.
 T = TypeVar("T")

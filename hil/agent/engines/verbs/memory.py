@@ -19,7 +19,7 @@ from hil.agent.engines.verbs import enums as e
 from hil.agent.engines.verbs.libc import PROT_NONE, libc, map_anonymous
 from hil.agent.engines.verbs.records import Mapping, Registration, Socket
 from hil.agent.engines.verbs.releases import Releases
-from pytest_san.contract import (
+from pytest_san.spi.contract import (
     PAGE_SIZE,
     SanError,
     WsaError,

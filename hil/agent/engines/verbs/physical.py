@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
-from pytest_san.contract import PAGE_SIZE
+from pytest_san.spi.contract import PAGE_SIZE
 
 _PFN_MASK = (1 << 55) - 1
 _PRESENT = 1 << 63

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_san.contract import PAGE_SIZE
+from pytest_san.spi.contract import PAGE_SIZE
 
 __all__ = ["PinWitness", "foll_pins", "pages_spanned", "vm_pin_pages"]
 

@@ -17,7 +17,7 @@ from hil.agent.engines.verbs.kernel_proxy import as_san_error
 from hil.agent.engines.verbs.memory import Buffers
 from hil.agent.engines.verbs.physical import physical_runs
 from hil.agent.engines.verbs.proxy_module import KIND_PIN, ProxyDevice
-from pytest_san.contract import SanError, WsaError, is_int
+from pytest_san.spi.contract import SanError, WsaError, is_int
 
 
 class Pins:

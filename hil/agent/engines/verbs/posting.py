@@ -22,8 +22,8 @@ from hil.agent.engines.verbs.context import DeviceContext
 from hil.agent.engines.verbs.memory import NullPage
 from hil.agent.engines.verbs.records import FENCED, U64, Operation, Socket, unpack_descriptor
 from hil.agent.engines.verbs.sockets import Sockets
-from pytest_san import checks
-from pytest_san.contract import (
+from pytest_san.spi import checks
+from pytest_san.spi.contract import (
     QUEUE_DEPTH,
     Access,
     SanError,
@@ -69,7 +69,7 @@ class Posting:
 
     def _checked(self, socket: int, buffers: object, kind: str, descriptor: object = None,
                  offset: object = 0) -> tuple[Socket, list[tuple[int, int, Any]]]:
-        """The socket and the (address, length, handle) entries, once pytest_san.checks' values and state stages
+        """The socket and the (address, length, handle) entries, once pytest_san.spi.checks' values and state stages
         passed (the agent ran the objects stage: the entries are the scatter list's, reduced to triples)."""
         sock = self._sockets.get(socket)
         entries = _triples(buffers)

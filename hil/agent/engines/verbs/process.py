@@ -25,7 +25,7 @@ Everything a SAN provider keeps for the sockets of one process lives here, on re
 
 Capabilities come from the device, never from its name: max_sge, max_sge_rd (an RDMA read with more
 buffers is WSAEINVAL, "too many buffers"), type-2 windows, RDMA reads in flight, the transport.
-Errors are ``pytest_san.contract.SanError`` with the contract's Winsock codes. Standard library + pyverbs,
+Errors are ``pytest_san.spi.contract.SanError`` with the contract's Winsock codes. Standard library + pyverbs,
 Python 3.9 compatible.
 
 Its parts, each an object that owns its state and is handed what it needs: ``DeviceContext``
@@ -53,7 +53,7 @@ from hil.agent.engines.verbs.posting import Posting
 from hil.agent.engines.verbs.registrations import Registrations
 from hil.agent.engines.verbs.releases import Releases
 from hil.agent.engines.verbs.sockets import Sockets
-from pytest_san.contract import (
+from pytest_san.spi.contract import (
     PAGE_SIZE,
     SanError,
     Status,

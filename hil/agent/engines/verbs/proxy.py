@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from hil.agent.engines.verbs.libc import MAP_HUGETLB, libc, map_anonymous
 from hil.agent.engines.verbs.physical import _touch, physical_frames, physical_runs
 from hil.agent.engines.verbs.pin_witness import vm_pin_pages
-from pytest_san.contract import (
+from pytest_san.spi.contract import (
     DO_DIRECT_IO,
     FOUR_GIB,
     MAX_SGE,
@@ -28,7 +28,7 @@ from pytest_san.contract import (
     WsaError,
     is_int,
 )
-from pytest_san.dma import CommonBuffer, DmaAdapterBooks, check_description, check_integers, checked_put
+from pytest_san.spi.dma import CommonBuffer, DmaAdapterBooks, check_description, check_integers, checked_put
 
 HUGE_PAGE_SIZE = 2 << 20
 

@@ -4,14 +4,14 @@
 operation), ``Socket`` (its protection domain, RC QP, connection manager ids and the
 provider's tables for it); the RDMA descriptor's packing; the work-request id bits.
 
-Standard library + pytest_san.contract, Python 3.9 compatible.
+Standard library + pytest_san.spi.contract, Python 3.9 compatible.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_san.contract import (
+from pytest_san.spi.contract import (
     DESCRIPTOR,
     QUEUE_DEPTH,
     VALID_ACCESS,

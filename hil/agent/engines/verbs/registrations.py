@@ -30,8 +30,8 @@ from hil.agent.engines.verbs.memory import Buffers
 from hil.agent.engines.verbs.records import Registration, Socket, pack_descriptor, unpack_descriptor
 from hil.agent.engines.verbs.releases import Releases
 from hil.agent.engines.verbs.sockets import Sockets
-from pytest_san import checks
-from pytest_san.contract import (
+from pytest_san.spi import checks
+from pytest_san.spi.contract import (
     Access,
     SanError,
     Status,
@@ -67,7 +67,7 @@ class Registrations:
 
     def _checked(self, socket: int, address: object, length: object, access: object, *, rdma: bool,
                  descriptor_size: object = None) -> tuple[Socket, int, int, int]:
-        """The socket, range and access once pytest_san.checks' values and state stages passed (the agent ran
+        """The socket, range and access once pytest_san.spi.checks' values and state stages passed (the agent ran
         the objects stage: whose buffer it is)."""
         sock = self._sockets.get(socket)
         self._sockets.refresh(sock)

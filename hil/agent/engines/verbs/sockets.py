@@ -24,8 +24,8 @@ from hil.agent.engines.verbs.context import DeviceContext
 from hil.agent.engines.verbs.memory import NullPage
 from hil.agent.engines.verbs.records import INTERNAL_SLOTS, Socket
 from hil.agent.engines.verbs.releases import Releases
-from pytest_san import checks
-from pytest_san.contract import (
+from pytest_san.spi import checks
+from pytest_san.spi.contract import (
     MAX_RDMA_SIZE,
     QUEUE_DEPTH,
     RDMA_THRESHOLD,

@@ -3,7 +3,7 @@ buffers an adapter handed out (each freed only with the very values it was alloc
 ``put_dma_adapter``.
 
 Where a common buffer's memory comes from is the proxy's own: ``DmaAdapterBooks._take`` and ``_give_back`` (the
-emulator's page frames, a lab host's hugetlb pages). Standard library only, Python 3.9+: the hil agent imports it.
+emulator's page frames, a lab host's hugetlb pages). The hil agent's verbs engine imports it on lab hosts.
 """
 
 from __future__ import annotations

@@ -23,8 +23,7 @@ process that owns the socket and the device, so no check depends on where it run
 NIC or the remote side can see (a handle the provider does not know, a window's rkey, bounds and access)
 come after every check here: the call returns and its operation completes with an error status.
 
-Standard library only and Python 3.9 compatible: the agent imports this module on lab hosts (it is pushed
-there with the agent, like ``pytest_san.contract``).
+The agent imports this module on lab hosts (``pytest_san.spi`` is pushed there with the agent).
 """
 
 from __future__ import annotations

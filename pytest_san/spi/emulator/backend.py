@@ -21,7 +21,7 @@ CAPABILITIES = frozenset({
     "emulator", "rdma_read", "memory_windows", "physical_addresses", "nolowmem", "contiguous",
     "dma_adapter", "faults", "process_kill", "send_waits", "rdma_read_scatter", "direct_io", "cache_types",
     "pinned_bytes",
-    "reference_order",  # its provider's checks are pytest_san.checks', in their order (dropped for a plugin's)
+    "reference_order",  # its provider's checks are pytest_san.spi.checks', in their order (dropped for a plugin's)
 })
 
 
@@ -59,7 +59,7 @@ class EmulatorBackend:
         return self._capabilities
 
     def model_budget(self) -> ModelBudget:
-        """The suite's reference model here (pytest_san.protocols.DeclaresModelBudget): the defaults, about 1 s;
+        """The suite's reference model here (pytest_san.spi.protocols.DeclaresModelBudget): the defaults, about 1 s;
         the deadline only bounds a provider the model finds wrong, whose every divergence is shrunk by replaying
         its steps many times."""
         return ModelBudget(deadline=10.0)

@@ -2,8 +2,8 @@
 proxy's and the provider's constants, ``SanError`` and the value types (completions, device descriptions,
 leaks; CONTRACT.md section 2).
 
-Standard library only and Python 3.9 compatible: besides pytest-san itself, the hil agent imports
-this module on lab hosts (it is pushed there with the agent), so both sides speak the same values.
+Besides pytest-san itself, the hil agent imports this module on lab hosts (``pytest_san.spi`` is pushed there
+with the agent), so both sides speak the same values.
 Inside the package every one of these names is imported from here; users import them from ``pytest_san``.
 """
 

@@ -133,7 +133,7 @@ class EmulatedProvider:
 
     def _post(self, socket: Any, buffers: Any, kind: str, descriptor: Any,
               offset: Any) -> tuple[EmulatedOperation, list[tuple[int, int, Any]]]:
-        """Every check of the call (pytest_san.checks' order): a new operation and its (address, length,
+        """Every check of the call (pytest_san.spi.checks' order): a new operation and its (address, length,
         handle) entries. ``descriptor`` and ``offset`` are None for send and recv."""
         sock = self._socket(socket)
         entries = checks.transfer_objects(kind, buffers, sock._process)
