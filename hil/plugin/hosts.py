@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,7 +98,7 @@ def apply_overrides(config: pytest.Config, host: HostConfig) -> HostConfig:
 
 def _override(config: pytest.Config, host: HostConfig) -> HostConfig:
     """``host`` with the command line's device, port and GID index, which apply to every selected host."""
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     for option, field in _OVERRIDES.items():
         value = config.getoption(option)
         if value is None:
@@ -110,4 +111,4 @@ def _override(config: pytest.Config, host: HostConfig) -> HostConfig:
             raise pytest.UsageError(f"--{option.replace('_', '-')}: expected a device name")
         changes[field] = value
     # The changes are HostConfig's own fields, each checked above (mypy cannot type a **dict of several types).
-    return dataclasses.replace(host, **changes) if changes else host  # type: ignore[arg-type]
+    return dataclasses.replace(host, **changes) if changes else host

@@ -317,8 +317,9 @@ def is_access(value: object, flag: Access) -> bool:
 
 def _fields(buffer: object) -> tuple[object, object, object] | None:
     """A buffer's address, length and process as it answers them, or None when it lacks one."""
+    duck: Any = buffer  # any object: duck typed
     try:
-        return buffer.address, buffer.length, buffer.process  # type: ignore[attr-defined]  # any object: duck typed
+        return duck.address, duck.length, duck.process
     except AttributeError:
         return None
 

@@ -351,10 +351,10 @@ class World:
         descriptor, offset = self.target(case)
         if call in ("rdma_write", "rdma_read"):
             return lambda: getattr(p, call)(sock, entries, descriptor, offset)
-        count = {None: 2, "0": 0, "'2'": "2"}[case.fault("count")]
-        depth = {None: 1, "0": 0}[case.fault("depth")]
+        count: Any = {None: 2, "0": 0, "'2'": "2"}[case.fault("count")]  # a bad one on purpose
+        depth: Any = {None: 1, "0": 0}[case.fault("depth")]
         burst = rdma_write_burst if call == "rdma_write_burst" else rdma_read_burst
-        return lambda: burst(p, sock, entries, descriptor, offset, count=count, depth=depth)  # type: ignore[arg-type]
+        return lambda: burst(p, sock, entries, descriptor, offset, count=count, depth=depth)
 
     def close(self) -> None:
         for sock in (self.sa, self.sb, self.sd, self.sq, self.sq_peer, self.so, self.so_peer):

@@ -6,6 +6,7 @@ either is WSAEINVAL at the call, and nothing moves.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -43,12 +44,12 @@ def test_any_count_and_depth_of_at_least_one_is_taken(raw_pair: tuple[RawEnd, Ra
 @pytest.mark.parametrize(("count", "depth"), REFUSED, ids=[f"count-{c!r}-depth-{d!r}" for c, d in REFUSED])
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_count_or_depth_that_is_no_integer_of_at_least_one_is_einval(raw_pair: tuple[RawEnd, RawEnd], kind: str,
-                                                                       count: object, depth: object) -> None:
+                                                                       count: Any, depth: Any) -> None:
     a, b = raw_pair
     local = guarded(a, SIZE, 0x5A)
     handle = a.provider.register_memory(a.socket, local.inner, Access.READWRITE)
     target, desc = window(b, SIZE, Access.READWRITE)
     expect_error(WsaError.WSAEINVAL, lambda: BURSTS[kind](a.provider, a.socket, [(local.inner, handle)], desc,
-                                                         count=count, depth=depth))  # type: ignore[arg-type]  # a bad count or depth on purpose
+                                                         count=count, depth=depth))  # bad on purpose
     assert target.unchanged() and local.unchanged()
     a.provider.deregister_memory(a.socket, handle)  # nothing left in use

@@ -12,6 +12,7 @@ import dataclasses
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -365,11 +366,11 @@ def test_proxy_sizes_and_addresses_that_are_not_ints_are_wsaeinval(san_proxy: Pr
 
 @pytest.mark.san_rule("P2")
 @pytest.mark.parametrize("bad", [0, -P, *NOT_INTS], ids=repr)
-def test_a_refused_allocation_leaves_the_proxy_as_it_was(san_proxy: Proxy, bad: object) -> None:
+def test_a_refused_allocation_leaves_the_proxy_as_it_was(san_proxy: Proxy, bad: Any) -> None:
     """No size, a negative one or no int at all: refused (a SanError), and the proxy allocates as before."""
     before = san_proxy.live_allocations()
     with pytest.raises(SanError):
-        san_proxy.allocate(bad)  # type: ignore[arg-type]  # a size that is no int, on purpose
+        san_proxy.allocate(bad)  # a size that is no int, on purpose
     assert san_proxy.live_allocations() == before
     held = [san_proxy.allocate(nbytes) for nbytes in (1, P, 3 * P)]  # each refused call changed nothing
     free_all(san_proxy, held)

@@ -5,6 +5,7 @@ order, and every transfer's registrations are gone once it is done."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -106,11 +107,11 @@ def test_recv_takes_a_byte_count_and_a_timeout_and_loses_nothing(san_switch: Swi
     conn = san_switch.connect()
     conn.local.send(b"abc")
     assert conn.remote.recv(0) == b""
-    bad: list[tuple[tuple[object, ...], dict[str, object], type[Exception] | tuple[type[Exception], ...]]] = [
+    bad: list[tuple[tuple[Any, ...], dict[str, Any], type[Exception] | tuple[type[Exception], ...]]] = [
         ((True,), {}, TypeError), ((1.0,), {}, TypeError), ((-1,), {}, ValueError),
         ((1,), {"timeout": True}, TypeError), ((1,), {"timeout": "1"}, TypeError),
         ((1,), {"timeout": float("nan")}, (TypeError, ValueError))]
     for args, kwargs, error in bad:
         with pytest.raises(error):
-            conn.remote.recv(*args, **kwargs)  # type: ignore[arg-type]  # bad arguments on purpose
+            conn.remote.recv(*args, **kwargs)  # bad arguments on purpose
     assert conn.remote.recv(3, timeout=TIMEOUT) == b"abc"

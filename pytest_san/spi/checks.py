@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .contract import (
     DESCRIPTOR_SIZE,
@@ -158,9 +158,9 @@ def socket(found: T | None, socket: object, where: str) -> T:
 def registration_objects(buffer: object, caller: object) -> tuple[Any, Any]:
     """Stage 3 of register_memory and register_rdma_memory: the buffer is a buffer of ``caller`` (its
     process); its (address, length) as they are, for ``registration_values``."""
+    duck: Any = buffer  # any object: one without these attributes is the TypeError below
     try:
-        # any object: one without these attributes is the TypeError below
-        address, length, owner = buffer.address, buffer.length, buffer.process  # type: ignore[attr-defined]
+        address, length, owner = duck.address, duck.length, duck.process
     except AttributeError:
         raise TypeError(f"buffer must be a buffer (.address, .length, .process), got {buffer!r:.80}") from None
     if owner is not caller:
@@ -282,13 +282,23 @@ def transfer_values(kind: str, entries: list[tuple[Any, Any, Any]], target: obje
     return entries
 
 
-def deregistration(registration: T | None, key: object) -> T:
+class InUse(Protocol):
+    """A registration as every backend keeps it: how many pending operations use it."""
+
+    @property
+    def in_use(self) -> int: ...
+
+
+R = TypeVar("R", bound=InUse)
+
+
+def deregistration(registration: R | None, key: object) -> R:
     """Stage 4 of deregister_memory and deregister_rdma_memory: ``registration``, the socket's registration
     that ``key`` (the handle or descriptor) names (None: none), not in use by a pending operation; else
     WSAEINVAL."""
     if registration is None:
         raise SanError(WsaError.WSAEINVAL, f"{_key(key)} is not registered on the socket")
-    if registration.in_use:  # type: ignore[attr-defined]  # every backend's registration has in_use
+    if registration.in_use:
         raise SanError(WsaError.WSAEINVAL, f"{_key(key)} is in use by a pending operation")
     return registration
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..spi.contract import SanError, WsaError
 from ..spi.contract import is_int as _is_int
@@ -56,10 +56,10 @@ class Switch:
             return self.backend.nodes[:default + 1][-1].default_process
         # By the class's attributes: isinstance() on a runtime protocol reads every property before Python
         # 3.12 (``alive``, ``default_process``: each a round trip to a lab's agent).
-        if _has(where, Node):
-            return where.default_process  # type: ignore[union-attr]  # _has said it is a Node
-        if _has(where, Process):
-            return where  # type: ignore[return-value]  # _has said it is a Process
+        if _is_node(where):
+            return where.default_process
+        if _is_process(where):
+            return where
         raise TypeError(f"{name} must be a node, a process or None, got {where!r:.80}")
 
     def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,
@@ -106,3 +106,11 @@ def _has(obj: object, protocol: type) -> bool:
     classes and the instance's ``__dict__``: no property is evaluated)."""
     members = [name for name in vars(protocol) if not name.startswith("_")]
     return all(hasattr(type(obj), name) or name in getattr(obj, "__dict__", {}) for name in members)
+
+
+def _is_node(obj: object) -> TypeGuard[Node]:
+    return _has(obj, Node)
+
+
+def _is_process(obj: object) -> TypeGuard[Process]:
+    return _has(obj, Process)

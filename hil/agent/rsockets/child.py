@@ -40,10 +40,16 @@ CALLS = ("rsocket", "rbind", "rlisten", "raccept", "rconnect", "rsend", "rrecv",
          "rsetsockopt", "rgetsockname", "rclose")
 
 
-def load(name: str | None) -> ctypes.CDLL:
+class Library(ctypes.CDLL):
+    """A C library and the path it was loaded from (for messages)."""
+
+    path: str
+
+
+def load(name: str | None) -> Library:
     """librdmacm with the rsocket calls typed."""
     path = name or ctypes.util.find_library("rdmacm") or "librdmacm.so.1"
-    lib = ctypes.CDLL(path, use_errno=True)
+    lib = Library(path, use_errno=True)
     vp, sz, ssz, off, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ssize_t, ctypes.c_long, ctypes.c_int
     types: dict[str, tuple[Any, list[Any]]] = {
         "rsocket": (i, [i, i, i]), "rbind": (i, [i, vp, ctypes.c_uint32]), "rlisten": (i, [i, i]),
@@ -56,7 +62,7 @@ def load(name: str | None) -> ctypes.CDLL:
     for call, (restype, argtypes) in types.items():
         fn = getattr(lib, call)  # AttributeError: this librdmacm has no rsockets
         fn.restype, fn.argtypes = restype, argtypes
-    lib.path = path  # type: ignore[attr-defined]  # kept on the ctypes library for messages
+    lib.path = path
     return lib
 
 

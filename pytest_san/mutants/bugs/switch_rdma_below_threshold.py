@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...spi.protocols import Node, Process, SwitchConnection
+from ...switch import Connection
 from ..switching import ConnectionView, SwitchWrapper, own_switch, switch_hook
 
 BREAKS = ("R10",)
@@ -19,8 +20,9 @@ class RdmaBelowThreshold(SwitchWrapper):
     def connect(self, peer: Node | Process | None = None, process: Node | Process | None = None,
                 **options: Any) -> SwitchConnection:
         conn = super().connect(peer, process, **options)
+        assert isinstance(conn, Connection)  # pytest-san's own (own_switch below)
         declared = conn.rdma_threshold
-        conn.rdma_threshold = declared // 2  # type: ignore[misc]  # the bug: pytest-san's connection keeps it so
+        conn.rdma_threshold = declared // 2  # the bug: pytest-san's connection keeps it so
         view = ConnectionView(conn, {"rdma_threshold": declared})
         self.connections[-1] = view
         return view

@@ -76,8 +76,8 @@ def serve_fd(proc: object, fd: int, out: IO[bytes]) -> None:
     while True:
         cm_fds = list(proc.cm_fds()) if hasattr(proc, "cm_fds") else []
         ready, _, _ = select.select([fd, *cm_fds], [], [])
-        if any(r != fd for r in ready):
-            proc.pump()  # type: ignore[attr-defined]  # only the verbs process pumps
+        if any(r != fd for r in ready) and hasattr(proc, "pump"):  # only the verbs process pumps
+            proc.pump()
         if fd not in ready:
             continue
         chunk = os.read(fd, 1 << 16)
