@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard
 
-from ..spi.contract import SanError, WsaError
+from ..closing import close_connections
 from ..spi.contract import is_int as _is_int
 from ..spi.protocols import Backend, Node, Process
 from .connection import Connection
@@ -88,17 +88,7 @@ class Switch:
 
     def close_all(self) -> None:
         """Close every connection this switch made (both ends); safe to call twice."""
-        errors: list[str] = []
-        for conn in self.connections:
-            for end in (conn.local, conn.remote):
-                try:
-                    end.close()
-                except SanError as exc:
-                    if exc.code is not WsaError.WSAENOTSOCK:
-                        errors.append(f"{end.name} of {conn.local.socket!r}: {exc}")
-        self.connections.clear()
-        if errors:
-            raise SanError(WsaError.WSAEINVAL, "closing left errors: " + "; ".join(errors))
+        close_connections(self.connections)
 
 
 def _has(obj: object, protocol: type) -> bool:

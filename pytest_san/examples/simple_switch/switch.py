@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from pytest_san import SO_RDMA_THRESHOLD_SIZE, Backend, Node, Process, SanError, WsaError
+from pytest_san import SO_RDMA_THRESHOLD_SIZE, Backend, Node, Process
+from pytest_san.closing import close_connections
 from pytest_san.pacing import Backoff
 
 from .endpoint import SimpleEndpoint
@@ -135,14 +136,4 @@ class SimpleSwitch:
         return conn
 
     def close_all(self) -> None:
-        errors = []
-        for conn in self.connections:
-            for end in (conn.local, conn.remote):
-                try:
-                    end.close()
-                except SanError as exc:
-                    if exc.code is not WsaError.WSAENOTSOCK:
-                        errors.append(f"{end.name} of {end.socket!r}: {exc}")
-        self.connections.clear()
-        if errors:
-            raise SanError(WsaError.WSAEINVAL, "closing left errors: " + "; ".join(errors))
+        close_connections(self.connections)
