@@ -147,7 +147,7 @@ EOF
 # $1 inventory, $2 sequences, $3 seed (one known to pass, so a red CI means a change broke something;
 # empty: a fresh one, to hunt), $4 report. Fails on any undocumented divergence.
 run_model() {
-    run_pytest .venv/bin/pytest -p no:cacheprovider -q --pyargs pytest_san.model --san-backend=hil \
+    run_pytest .venv/bin/pytest -q --pyargs pytest_san.model --san-backend=hil \
         --san-inventory="$1" --san-model-differential --san-model-sequences "$2" --san-model-steps 20 \
         ${3:+--san-model-seed "$3"} --san-report "$4"
     .venv/bin/python - "$4" "$2" <<'EOF'

@@ -48,7 +48,7 @@ KIB = 1024
 MIB = 1024 * KIB
 GB = 1e9
 ROOT = Path(__file__).resolve().parent.parent
-SUITE = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios"]
+SUITE = [sys.executable, "-m", "pytest", "-q", "--pyargs", "pytest_san.scenarios"]  # run in ROOT: no cache (addopts)
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hil.inventory import HostConfig
-from tests.support.lab_hosts import host_configs
+from tests.support.lab_hosts import NESTED_ADDOPTS, host_configs
 from tests.support.sshd import SSHD, SshServer, start_sshd
 
 pytest_plugins = ["pytester"]
@@ -32,6 +32,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.path.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _nested_runs_without_cache(request: pytest.FixtureRequest) -> None:
+    """pytester's runs, in process or not, with NESTED_ADDOPTS (tests/support/lab_hosts.py): pytester clears
+    PYTEST_ADDOPTS when it is made, so it is set once pytester is."""
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+        request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", NESTED_ADDOPTS)
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ def counts_in(row: browser.Element) -> dict[str, int]:
 def test_pytest_html_report_in_chromium(tmp_path: Path) -> None:
     browser.chromium()
     # The shipped broken provider, so that the page has failed rules as well as passed ones.
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios",
+    run = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "pytest_san.scenarios",
                           "-p", "pytest_san.examples.broken_provider", "--html=report.html", "--san-report=r.json",
                           "-o", "render_collapsed=all",  # the screenshot: rows, not tracebacks
                           "-o", "initial_sort=rules"],  # pytest-html's own sort, by the Rules column

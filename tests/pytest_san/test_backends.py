@@ -55,17 +55,17 @@ def test_installed_backends_are_known_by_name(installed: pytest.Pytester) -> Non
 
 def test_a_backend_plugin_is_imported_only_when_chosen(installed: pytest.Pytester) -> None:
     installed.makepyfile(test_a=SAN_TEST.format(name="emulator"))
-    installed.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    installed.runpytest_subprocess().assert_outcomes(passed=1)
     assert not (installed.path / "imported.txt").exists()
 
     installed.makepyfile(test_a=SAN_TEST.format(name="logging"))
-    installed.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=logging").assert_outcomes(passed=1)
+    installed.runpytest_subprocess("--san-backend=logging").assert_outcomes(passed=1)
     assert (installed.path / "imported.txt").read_text() == "imported\n"
 
 
 def test_unknown_backend_lists_the_installed_ones(installed: pytest.Pytester) -> None:
     installed.makepyfile(test_a=SAN_TEST.format(name="x"))
-    result = installed.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=nosuch")
+    result = installed.runpytest_subprocess("--san-backend=nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown SAN backend 'nosuch'*'emulator'*'hil'*'logging'*"])
 
@@ -73,7 +73,7 @@ def test_unknown_backend_lists_the_installed_ones(installed: pytest.Pytester) ->
 def test_backend_plugin_that_cannot_be_imported_is_one_usage_error(installed: pytest.Pytester) -> None:
     (installed.path / "logging_backend.py").write_text("import no_such_module_anywhere\n")
     installed.makepyfile(test_a=SAN_TEST.format(name="logging"))
-    result = installed.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=logging")
+    result = installed.runpytest_subprocess("--san-backend=logging")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--san-backend=logging: its plugin logging_backend (from logging-backend) "
                                  "cannot be imported: No module named 'no_such_module_anywhere'*"])
@@ -95,14 +95,14 @@ def own_hil(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 def test_no_san_runs_a_project_with_its_own_hil_package(own_hil: pytest.Pytester) -> None:
-    result = own_hil.runpytest_subprocess("-p", "no:san", "-p", "no:cacheprovider")
+    result = own_hil.runpytest_subprocess("-p", "no:san")
     result.assert_outcomes(passed=1)
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
 def test_own_hil_package_breaks_nothing_unless_the_hil_backend_is_chosen(own_hil: pytest.Pytester) -> None:
     own_hil.makepyfile(test_san=SAN_TEST.format(name="emulator"))
-    own_hil.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    own_hil.runpytest_subprocess().assert_outcomes(passed=2)
 
 
 def test_pytest_san_is_one_pytest11_plugin() -> None:

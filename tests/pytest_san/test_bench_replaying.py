@@ -17,7 +17,7 @@ def test_the_regressions_replay_is_timed_apart(pytester: pytest.Pytester, monkey
     report = pytester.path / "report.json"
     monkeypatch.setenv("SAN_BENCH_REPLAYING_OUT", str(out))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCHMARKS), os.environ.get("PYTHONPATH", "")]))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "replaying", "--pyargs",
+    result = pytester.runpytest_subprocess("-p", "replaying", "--pyargs",
                                            "pytest_san.model", "--san-model-sequences=2", "--san-model-steps=5",
                                            "--san-model-seed=1", f"--san-report={report}")
     result.assert_outcomes(passed=1)
@@ -30,7 +30,7 @@ def test_the_regressions_replay_is_timed_apart(pytester: pytest.Pytester, monkey
 def test_without_its_variable_it_changes_nothing(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SAN_BENCH_REPLAYING_OUT", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCHMARKS), os.environ.get("PYTHONPATH", "")]))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "replaying", "--pyargs",
+    result = pytester.runpytest_subprocess("-p", "replaying", "--pyargs",
                                            "pytest_san.model", "--san-model-sequences=1", "--san-model-steps=5")
     result.assert_outcomes(passed=1)
     assert not list(pytester.path.glob("*.json"))

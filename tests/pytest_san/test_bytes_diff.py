@@ -39,7 +39,7 @@ def test_a_megabyte_that_lost_its_last_byte_fails_at_once_on_ci(pytester: pytest
             got = bytearray(sent[:-1]) + b"?"
             assert got == sent
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result = pytester.runpytest_subprocess(timeout=120)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*byte strings differ: left has 1048576 bytes, right 1048576*",
                                  "*first difference at offset 1048575*"])
@@ -53,7 +53,7 @@ def test_short_byte_strings_keep_pytests_own_explanation(pytester: pytest.Pytest
         def test_long_text():
             assert "a" * 300 == "a" * 299 + "b"
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess()
     result.assert_outcomes(failed=2)
     assert "byte strings differ" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*At index 2 diff*"])

@@ -46,7 +46,7 @@ DECLARING = FAKE_CONFTEST + """
 def _run(pytester: pytest.Pytester, tested: str, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
     pytester.makeconftest(DECLARING.replace("TESTED", repr(tested)))
     pytester.makepyfile(test_switch=TESTS)
-    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json", "-p", "no:cacheprovider",
+    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json",
                                 "-rxX", *args)
     return result, json.loads((pytester.path / "report.json").read_text())
 
@@ -91,7 +91,7 @@ def test_a_backend_declares_its_own_through_a_deviations_method(pytester: pytest
                                                      reproducer="san-hil lab reproduce three")]
     """)
     pytester.makepyfile(test_switch=TESTS)
-    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json")
     result.assert_outcomes(passed=2, xfailed=1)
     report = json.loads((pytester.path / "report.json").read_text())
     assert report["deviations"][0]["reproducer"] == "san-hil lab reproduce three"
@@ -103,7 +103,7 @@ def test_a_hook_answer_that_is_not_a_deviation_is_named(pytester: pytest.Pyteste
         return [("R9", "three regions")]
     """)
     pytester.makepyfile(test_switch=TESTS)
-    result = pytester.runpytest("--san-backend", "fake", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--san-backend", "fake")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*pytest_san_deviations gave ('R9', 'three regions'), not a pytest_san.Deviation*"])
 

@@ -16,13 +16,13 @@ HERE = Path(__file__).resolve().parents[1]
 def test_downstream_file_passes_with_the_installed_plugin(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_readme=readme.example(),
                         test_downstream=(HERE / "support" / "downstream_example.py").read_text())
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=2)
 
 
 def _run_suite(pytester: pytest.Pytester, *extra: str) -> dict[str, dict[str, int]]:
     report = pytester.path / "report.json"
-    pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios", "-p", "no:cacheprovider",
+    pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios",
                                   "--san-report", str(report), *extra)
     rules: dict[str, dict[str, int]] = json.loads(report.read_text())["rules"]
     return rules

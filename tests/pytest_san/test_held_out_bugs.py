@@ -53,7 +53,7 @@ def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin: str
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     report = pytester.path / "report.json"
     off = [] if model else ["--san-model-sequences", "0"]
-    result = pytester.runpytest_subprocess("--pyargs", target, "-p", "no:cacheprovider", "-p", plugin, *off,
+    result = pytester.runpytest_subprocess("--pyargs", target, "-p", plugin, *off,
                                            "--san-report", str(report))
     output = result.stdout.str()
     assert report.exists(), output[-3000:]

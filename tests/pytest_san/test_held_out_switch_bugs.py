@@ -70,7 +70,7 @@ def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugins: li
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     report = pytester.path / "report.json"
     loaded = [arg for plugin in plugins for arg in ("-p", plugin)]
-    result = pytester.runpytest_subprocess("--pyargs", *targets, "-p", "no:cacheprovider", *loaded,
+    result = pytester.runpytest_subprocess("--pyargs", *targets, *loaded,
                                            "--san-model-sequences", "0", "--san-report", str(report), *options)
     output = result.stdout.str()
     assert report.exists(), output[-3000:]

@@ -82,7 +82,7 @@ def summary_counts(page: str) -> dict[str, dict[str, int]]:
 
 def test_rules_column_and_summary(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_san=SAN_TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--html=report.html", "--san-report=r.json")
+    result = pytester.runpytest_subprocess("--html=report.html", "--san-report=r.json")
     result.assert_outcomes(passed=3, failed=1, skipped=1, errors=1)  # test_leaks passes, its teardown errs
     page = (pytester.path / "report.html").read_text(encoding="utf-8")
     data = report_data(pytester.path / "report.html")
@@ -103,13 +103,13 @@ def test_rules_column_and_summary(pytester: pytest.Pytester) -> None:
 
 def test_nothing_without_san_tests_and_nothing_without_html(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--html=report.html")
+    result = pytester.runpytest_subprocess("--html=report.html")
     result.assert_outcomes(passed=1)
     page = (pytester.path / "report.html").read_text(encoding="utf-8")
     assert "san-summary" not in page  # no SAN test ran: no SAN summary
     assert rules_cells(report_data(pytester.path / "report.html")) == {"test_plain.py::test_plain": ""}
     pytester.makepyfile(test_san=SAN_TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "passes")
+    result = pytester.runpytest_subprocess("-k", "passes")
     result.assert_outcomes(passed=1, deselected=5)
 
 
@@ -120,7 +120,7 @@ def model_extras(path: Path) -> list[dict[str, Any]]:
 
 def test_the_model_verdict_is_the_model_tests_extra(pytester: pytest.Pytester) -> None:
     budget = ["--san-model-sequences=3", "--san-model-steps=8", "--san-model-seed=1"]
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.model", *budget,
+    result = pytester.runpytest_subprocess("--pyargs", "pytest_san.model", *budget,
                                            "--html=ok.html")
     result.assert_outcomes(passed=1)
     (extra,) = model_extras(pytester.path / "ok.html")
@@ -128,7 +128,7 @@ def test_the_model_verdict_is_the_model_tests_extra(pytester: pytest.Pytester) -
     assert "no divergence in 3 sequence(s); seed 1" in extra["content"]
 
     # The shipped broken provider drops READ/WRITE from RDMA registrations: the model finds it and shrinks it.
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.model", *budget,
+    result = pytester.runpytest_subprocess("--pyargs", "pytest_san.model", *budget,
                                            "-p", "pytest_san.examples.broken_provider", "--html=bad.html",
                                            "--san-report=bad.json")
     result.assert_outcomes(failed=1)

@@ -13,7 +13,7 @@ from tests.pytest_san.test_html_report import SAN_TESTS
 
 def run(pytester: pytest.Pytester, *args: str) -> ET.Element:
     pytester.makepyfile(test_san=SAN_TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error", "--junitxml=junit.xml",
+    result = pytester.runpytest_subprocess("-W", "error", "--junitxml=junit.xml",
                                            "--san-report=r.json", *args)
     result.assert_outcomes(passed=3, failed=1, skipped=1, errors=1)
     assert "warning" not in result.stdout.str().lower()

@@ -46,7 +46,7 @@ REFUSING = """
 
     pytest_san_make_provider = provider_hook(RefusedAtTheCall)
 """
-MODEL = ("--pyargs", "pytest_san.scenarios.test_model", "--san-model-sequences", "10", "-p", "no:cacheprovider")
+MODEL = ("--pyargs", "pytest_san.scenarios.test_model", "--san-model-sequences", "10")
 
 
 def _report(pytester: pytest.Pytester) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def _kind(report: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 def test_a_backend_s_workaround_is_listed_and_decides_no_outcome(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(WORKING_AROUND)
     pytester.makepyfile(test_switch=TESTS)
-    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json")
     result.assert_outcomes(passed=2, failed=1)  # the R9 failure stays a failure: nothing declared it
     report = _report(pytester)
     assert report["rules"]["R9"] == {"passed": 1, "failed": 1, "skipped": 0, "deviating": 0}
@@ -77,7 +77,7 @@ def test_a_backend_s_workaround_is_listed_and_decides_no_outcome(pytester: pytes
 def test_a_workaround_alone_fails_nothing(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(WORKING_AROUND.replace("FakeBackend.regions = 3", "FakeBackend.regions = 2"))
     pytester.makepyfile(test_switch=TESTS)
-    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json")
     result.assert_outcomes(passed=3)
     assert result.ret == 0
     assert [e["name"] for e in _kind(_report(pytester), "workaround")] == ["fake-three-regions"]
@@ -88,7 +88,7 @@ def test_a_known_difference_that_is_not_one_is_named(pytester: pytest.Pytester) 
     FakeBackend.known_differences = lambda self: [("R9", "three")]
     """)
     pytester.makepyfile(test_switch=TESTS)
-    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*FakeBackend.known_differences() gave ('R9', 'three'), "
                                  "not a known difference (pytest_san.Deviation.known)*"])
@@ -98,8 +98,7 @@ def test_a_known_difference_that_is_not_one_is_named(pytester: pytest.Pytester) 
 def test_the_junit_xml_carries_the_known_differences_on_the_suite(pytester: pytest.Pytester, family: str) -> None:
     pytester.makeconftest(WORKING_AROUND)
     pytester.makepyfile(test_switch=TESTS)
-    pytester.runpytest("--san-backend", "fake", "--junitxml", "junit.xml", "-o", f"junit_family={family}",
-                       "-p", "no:cacheprovider")
+    pytester.runpytest("--san-backend", "fake", "--junitxml", "junit.xml", "-o", f"junit_family={family}")
     root = ET.parse(pytester.path / "junit.xml").getroot()
     (listed,) = [p.get("value") or "" for p in root.iter("property") if p.get("name") == "san_deviations"]
     (entry,) = json.loads(listed)
@@ -110,8 +109,7 @@ def test_pytest_html_tells_the_kinds_apart(pytester: pytest.Pytester) -> None:
     pytest.importorskip("pytest_html")
     pytester.makeconftest(WORKING_AROUND)
     pytester.makepyfile(test_switch=TESTS)
-    pytester.runpytest("--san-backend", "fake", "--html", "page.html", "--self-contained-html",
-                       "-p", "no:cacheprovider")
+    pytester.runpytest("--san-backend", "fake", "--html", "page.html", "--self-contained-html")
     page = (pytester.path / "page.html").read_text()
     assert ('<li data-rule="R9" data-observed="true" data-kind="workaround" title="the fake kernel wants a third '
             'region Instead: a control area">workaround R9 (kernel-bug) fake-three-regions') in page
@@ -150,7 +148,7 @@ def test_without_the_model_no_alternative_is_listed(pytester: pytest.Pytester) -
         def test_one(san_backend):
             pass
     """)
-    pytester.runpytest("--san-report", "report.json", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.runpytest("--san-report", "report.json").assert_outcomes(passed=1)
     assert _report(pytester)["deviations"] == []
 
 
@@ -160,7 +158,7 @@ def test_under_xdist_each_worker_s_hosts_merge_into_one_entry(pytester: pytest.P
                                                  'hosts=(__import__("os").environ["PYTEST_XDIST_WORKER"],)'))
     pytester.makepyfile(test_switch=TESTS)
     pytester.runpytest_subprocess("-n", "2", "--dist", "each", "--san-backend", "fake", "--san-report",
-                                  "report.json", "-p", "no:cacheprovider")
+                                  "report.json")
     (entry,) = _report(pytester)["deviations"]
     assert (entry["name"], entry["hosts"], entry["observed"]) == ("fake-three-regions", ["gw0", "gw1"], True)
 

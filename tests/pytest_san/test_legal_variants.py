@@ -16,7 +16,7 @@ pytestmark = pytest.mark.whole_suite  # each case runs the suite in a subprocess
 
 def _report(pytester: pytest.Pytester, package: str, *extra: str) -> dict[str, object]:
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess("--pyargs", package, "-p", "no:cacheprovider", "--san-report",
+    result = pytester.runpytest_subprocess("--pyargs", package, "--san-report",
                                            str(report), *extra)
     assert report.exists(), result.stdout.str()[-3000:]
     data: dict[str, object] = json.loads(report.read_text())

@@ -136,7 +136,7 @@ def _key(reg: int | None) -> Any:
 
 def test_the_model_test_reports_and_summarises(pytester: pytest.Pytester) -> None:
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.model",
+    result = pytester.runpytest_subprocess("--pyargs", "pytest_san.model",
                                            "--san-model-sequences", "12", "--san-model-steps", "10",
                                            "--san-model-seed", "9", "--san-report", str(report))
     result.assert_outcomes(passed=1)
@@ -153,7 +153,7 @@ def test_the_model_test_reports_and_summarises(pytester: pytest.Pytester) -> Non
 def test_the_model_section_merges_under_xdist(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--pyargs", "pytest_san.model",
+    result = pytester.runpytest_subprocess("-n", "2", "--pyargs", "pytest_san.model",
                                            "pytest_san.scenarios", "--san-model-sequences", "5",
                                            "--san-model-steps", "8", "--san-report", str(report))
     result.assert_outcomes(passed=result.parseoutcomes()["passed"])

@@ -84,7 +84,7 @@ def test_nvme_deviations_where_nvme_rdma_is_observed_the_pool_key_with_y_only() 
 
 def test_on_the_emulator_the_scenarios_skip_and_nothing_is_declared(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--pyargs", "pytest_san.observed_scenarios", "--san-report", "report.json",
-                                "-p", "no:cacheprovider", "-rs")
+                                "-rs")
     scenarios = [n for module in (test_rsockets, test_nvme_rdma) for n in dir(module) if n.startswith("test_")]
     result.assert_outcomes(skipped=len(scenarios))
     result.stdout.fnmatch_lines(["*backend 'emulator' lacks capability 'rsockets'*"])
@@ -121,7 +121,7 @@ SCENARIOS = """
 def test_a_deviating_scenarios_reason_says_what_this_run_saw(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(OBSERVING)
     pytester.makepyfile(test_rsockets=SCENARIOS)
-    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json", "-p", "no:cacheprovider",
+    result = pytester.runpytest("--san-backend", "fake", "--san-report", "report.json",
                                 "-rx")
     result.assert_outcomes(xfailed=2)
     result.stdout.fnmatch_lines(["XFAIL *test_rclose_with_a_live_riomap* - declared deviation: R11 by rsockets "

@@ -116,7 +116,7 @@ def test_ini_chooses_the_backend_and_the_option_wins(fake: pytest.Pytester) -> N
     fake.makeini("[pytest]\nsan_backend = fake\n")
     fake.makepyfile("def test_backend(san_backend): assert san_backend.name == 'fake'")
     fake.runpytest().assert_outcomes(passed=1)
-    result = fake.runpytest("--san-backend", "emulator", "-p", "no:cacheprovider")
+    result = fake.runpytest("--san-backend", "emulator")
     result.stdout.fnmatch_lines(["san backend: emulator"])
 
 

@@ -37,7 +37,7 @@ TESTS = """
 
 def _skips(pytester: pytest.Pytester, *args: str) -> dict[str, str]:
     """test name -> its skip reason."""
-    result = pytester.runpytest("-rs", "-p", "no:cacheprovider", *args)
+    result = pytester.runpytest("-rs", *args)
     reasons = {}
     for line in result.outlines:
         if line.startswith("SKIPPED"):
@@ -120,4 +120,4 @@ def test_what_a_provider_declares_back_is_not_missing(pytester: pytest.Pytester)
         def test_traced(san_switch):
             pass
     """)
-    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.runpytest().assert_outcomes(passed=1)

@@ -35,7 +35,7 @@ def _report(pytester: pytest.Pytester, name: str) -> dict[str, Any]:
 
 
 def test_the_main_job_runs_the_model_one_test_per_rule(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios", "-k",
+    result = pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios", "-k",
                                            MODEL_TESTS, *SMALL, "--san-report=r.json", "-v")
     result.assert_outcomes(passed=len(MODEL_RULES))
     result.stdout.fnmatch_lines([f"*test_model.py::{MODEL_TESTS}[[]{rule}[]] PASSED*" for rule in MODEL_RULES])
@@ -49,7 +49,7 @@ def test_the_main_job_runs_the_model_one_test_per_rule(pytester: pytest.Pytester
 def test_a_divergence_counts_under_the_rule_it_breaks(pytester: pytest.Pytester) -> None:
     """A provider whose READ handles are writable (the corpus's read_handle_writable, breaking R6): only the R6
     test fails, in the table, the JSON and the JUnit properties."""
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios", "-k",
+    result = pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios", "-k",
                                            MODEL_TESTS, "-p", "pytest_san.mutants.bugs.read_handle_writable",
                                            *SMALL, "--san-report=r.json", "--junitxml=j.xml",
                                            "-o", "junit_family=xunit1")
@@ -70,7 +70,7 @@ def test_a_divergence_counts_under_the_rule_it_breaks(pytester: pytest.Pytester)
 
 
 def test_zero_sequences_leave_the_model_out(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios",
+    result = pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios",
                                            "--san-model-sequences=0", "--san-report=r.json")
     outcomes = result.parseoutcomes()
     assert outcomes["deselected"] == len(MODEL_RULES) and outcomes["passed"] > 200 and "failed" not in outcomes
@@ -98,7 +98,7 @@ BUDGETED = """
 
 def test_the_budget_is_the_backends_unless_the_options_say(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(BUDGETED)
-    args = ["-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios", "-k", MODEL_TESTS, "--san-report=r.json"]
+    args = ["--pyargs", "pytest_san.scenarios", "-k", MODEL_TESTS, "--san-report=r.json"]
     pytester.runpytest_subprocess(*args, "--san-backend=budgeted").assert_outcomes(passed=len(MODEL_RULES))
     model = _report(pytester, "r.json")["model"]
     assert (model["sequences"], model["steps"]) == (3, 15)
@@ -208,7 +208,7 @@ def test_each_rules_model_test_shows_its_divergences_in_pytest_html(pytester: py
     pytest.importorskip("pytest_html", reason="pytest-html is not installed (the test extra has it)")
     from tests.pytest_san.test_html_report import report_data
 
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios", "-k",
+    result = pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios", "-k",
                                            MODEL_TESTS, "-p", "pytest_san.mutants.bugs.read_handle_writable",
                                            *SMALL, "--html=report.html")
     result.assert_outcomes(passed=len(MODEL_RULES) - 1, failed=1)

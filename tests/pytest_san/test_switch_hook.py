@@ -33,7 +33,7 @@ def _switch_used(pytester: pytest.Pytester, conftest: str | None = None) -> str:
     if conftest is not None:
         pytester.makeconftest(conftest)
     pytester.makepyfile(test_it=CHECKS)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-s")
+    result = pytester.runpytest("-s")
     result.assert_outcomes(passed=1)
     return next(line for line in result.outlines if "SWITCH " in line).split("SWITCH ", 1)[1]
 
@@ -57,7 +57,7 @@ def test_the_hook_puts_its_switch_under_test(pytester: pytest.Pytester) -> None:
 def test_a_hook_that_returns_no_switch_is_refused_by_name(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("def pytest_san_make_switch(config, backend):\n    return 'a switch'\n")
     pytester.makepyfile(test_it="def test_it(san_switch):\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*TypeError: pytest_san_make_switch returned 'a switch', which is no switch: it "
                                  "lacks connect, close_all (pytest_san.spi.protocols.Switch)*"])
@@ -72,7 +72,7 @@ def test_the_corpus_has_switch_bugs_and_legal_switches() -> None:
 def test_the_example_switch_passes_the_switch_scenarios(pytester: pytest.Pytester) -> None:
     """R9-R11 and the switch's part of R4 (``test_switch.py``), unchanged, on the second switch."""
     report = pytester.path / "report.json"
-    pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios.test_switch", "-p", "no:cacheprovider",
+    pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios.test_switch",
                                   "-p", "pytest_san.examples.simple_switch", f"--san-report={report}")
     rules = json.loads(report.read_text())["rules"]
     assert {rule for rule, counts in rules.items() if counts["failed"]} == set()
@@ -87,7 +87,7 @@ def test_the_example_switch_streams_over_the_legal_provider_variants(pytester: p
     late its ``flush`` returned while a sink it offered still waited for the peer's RDMA write (``busy`` did not
     count offered sinks), leaving the sink's descriptor registered (test_switch_stream.py, R10)."""
     report = pytester.path / "report.json"
-    pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios.test_switch_stream", "-p", "no:cacheprovider",
+    pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios.test_switch_stream",
                                   "-p", "pytest_san.examples.simple_switch",
                                   "-p", f"pytest_san.mutants.legal.{variant}", f"--san-report={report}")
     rules = json.loads(report.read_text())["rules"]
@@ -98,7 +98,7 @@ def test_the_example_switch_streams_over_the_legal_provider_variants(pytester: p
 @pytest.mark.whole_suite
 def test_the_example_switch_passes_the_suite(pytester: pytest.Pytester) -> None:
     report = pytester.path / "report.json"
-    pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios", "-p", "no:cacheprovider",
+    pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios",
                                   "-p", "pytest_san.examples.simple_switch", f"--san-report={report}")
     rules = json.loads(report.read_text())["rules"]
     assert {rule for rule, counts in rules.items() if counts["failed"]} == set()

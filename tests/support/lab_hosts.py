@@ -33,14 +33,23 @@ def write_inventory(path: Path, hosts: Sequence[HostConfig]) -> Path:
     return hil.inventory.write_inventory(path, hosts)
 
 
+NESTED_ADDOPTS = "-p no:cacheprovider"
+"""What every pytest a test starts runs with, as PYTEST_ADDOPTS (the runs of this checkout have it from
+pyproject.toml's addopts; a nested run's directory has no pytest configuration): no cache plugin, so that no run
+writes a .pytest_cache. pytester's runs have it from tests/conftest.py, the others from :func:`pytest_env`."""
+
+
 def pytest_env() -> dict[str, str]:
-    """The environment for a nested pytest: nothing of an outer xdist worker or PYTEST_ADDOPTS."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    """The environment for a nested pytest: nothing of an outer xdist worker or PYTEST_ADDOPTS, and
+    NESTED_ADDOPTS."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    env["PYTEST_ADDOPTS"] = NESTED_ADDOPTS
+    return env
 
 
 def start_pytest(args: Sequence[str], cwd: Path, output: IO[bytes]) -> subprocess.Popen[bytes]:
-    """``python -m pytest ARGS`` in ``cwd`` (no cache), stdout and stderr into ``output``."""
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd,
+    """``python -m pytest ARGS`` in ``cwd`` (no cache: :func:`pytest_env`), stdout and stderr into ``output``."""
+    return subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd,
                             stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=pytest_env())
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
+
+from tests.support.lab_hosts import pytest_env
 
 PORT_ENV = "SAN_SILENT_PORT"
 
@@ -94,9 +95,8 @@ def write_session(directory: Path, cases: int) -> Path:
 
 def run_session(directory: Path, port: int, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
     """A nested pytest over ``directory`` (as written by write_session), against ``port``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
-    env[PORT_ENV] = str(port)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(directory)],
+    env = {**pytest_env(), PORT_ENV: str(port)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", str(directory)],
                           cwd=directory, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 

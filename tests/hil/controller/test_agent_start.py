@@ -53,7 +53,7 @@ def test_the_reason_is_in_the_failing_tests_report(pytester: pytest.Pytester,
     inventory = pytester.path / "lab.json"
     inventory.write_text(json.dumps({"all": {"children": {"san": {"hosts": {"nodev": host}}}}}))
     pytester.makepyfile(test_needs_a_host="def test_connect(san_switch):\n    san_switch.connect()\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-ra", "--san-backend=hil",
+    result = pytester.runpytest_subprocess("-ra", "--san-backend=hil",
                                            f"--san-inventory={inventory}")
     result.assert_outcomes(errors=1)
     # in the error's report, and on the one line of the short summary
@@ -88,7 +88,7 @@ def test_a_failed_start_is_reported_once_and_ends_the_session(pytester: pytest.P
             pass
     """)
     log_file = pytester.path / "hil.log"
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-ra", "--san-backend=hil",
+    result = pytester.runpytest_subprocess("-ra", "--san-backend=hil",
                                            f"--san-inventory={inventory}", f"--log-file={log_file}",
                                            "--log-file-level=DEBUG")
     result.assert_outcomes(errors=1)

@@ -53,7 +53,7 @@ def agent_pid(backend: HilBackend) -> int:
 
 def _report(pytester: pytest.Pytester, *args: str) -> dict[str, object]:
     path = pytester.path / f"report-{len(list(pytester.path.glob('report-*')))}.json"
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-report", str(path), *args)
+    pytester.runpytest_subprocess("--san-report", str(path), *args)
     report: dict[str, object] = json.loads(path.read_text())
     return report
 
@@ -85,7 +85,7 @@ def test_suite_over_ssh_passes_the_same_rules_as_in_process(pytester: pytest.Pyt
 def test_downstream_file_over_ssh(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
     inv = inventory(pytester.path / "lab.json", lab_host)
     pytester.makepyfile(test_downstream=(TESTS / "support" / "downstream_example.py").read_text())
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inv}")
+    result = pytester.runpytest_subprocess("--san-backend=hil", f"--san-inventory={inv}")
     result.assert_outcomes(passed=2)
 
 
@@ -144,7 +144,7 @@ def test_usage_error_shows_the_host_problem(pytester: pytest.Pytester, lab_host:
     empty.write_text("")
     inv = inventory(pytester.path / "lab.json", dataclasses.replace(lab_host, known_hosts=empty))
     pytester.makepyfile(test_one="def test_one(san_switch):\n    san_switch.connect()\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inv}")
+    result = pytester.runpytest_subprocess("--san-backend=hil", f"--san-inventory={inv}")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*lab1 (127.0.0.1:*host key*"])
 
@@ -222,7 +222,7 @@ def test_agent_refuses_another_content_hash(backend: HilBackend) -> None:
 def test_a_failed_test_carries_host_diagnostics(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
     inv = inventory(pytester.path / "lab.json", lab_host)
     pytester.makepyfile(test_fails="def test_fails(san_switch):\n    san_switch.connect()\n    assert False\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inv}")
+    result = pytester.runpytest_subprocess("--san-backend=hil", f"--san-inventory={inv}")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*san host diagnostics: lab1*", "*-- rdma link: rdma link show*",
                                  "*-- kernel log (tail)*"])
@@ -243,7 +243,7 @@ def test_b_after(san_switch):
     conn.local.send(b"still here")
     assert conn.remote.recv(10) == b"still here"
 ''')
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inv}")
+    result = pytester.runpytest_subprocess("--san-backend=hil", f"--san-inventory={inv}")
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1 and outcomes.get("failed", 0) + outcomes.get("errors", 0) >= 1
     result.stdout.fnmatch_lines(["*AgentError: host lab1 (127.0.0.1:*agent gone*"])

@@ -418,7 +418,7 @@ def _no_overlap(leases: list[dict[str, Any]]) -> None:
 
 def test_two_workers_run_the_suite_on_both_hosts(pytester: pytest.Pytester, hosts: list[HostConfig]) -> None:
     inv = write_inventory(pytester.path / "lab.json", hosts)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--pyargs", "pytest_san.scenarios",
+    result = pytester.runpytest_subprocess("-n", "2", "--pyargs", "pytest_san.scenarios",
                                            "--san-backend=hil", f"--san-inventory={inv}", "--san-report=r.json")
     assert result.ret == 0, result.stdout.str()[-3000:]
     report = _report(pytester.path / "r.json")
@@ -436,7 +436,7 @@ def test_two_workers_run_the_suite_on_both_hosts(pytester: pytest.Pytester, host
 def test_more_workers_than_hosts_is_a_usage_error(pytester: pytest.Pytester, hosts: list[HostConfig]) -> None:
     inv = write_inventory(pytester.path / "lab.json", hosts)
     pytester.makepyfile(test_one="def test_one(san_switch):\n    san_switch.connect()\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "3", "--san-backend=hil",
+    result = pytester.runpytest_subprocess("-n", "3", "--san-backend=hil",
                                            f"--san-inventory={inv}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR  # said by the controller, before any worker starts
     result.stderr.fnmatch_lines(["ERROR: 3 xdist workers x 1 host(s) each need 3 hosts, the selection has 2*"])
@@ -513,7 +513,7 @@ def test_lease_timeout_fails_naming_the_holder(pytester: pytest.Pytester, hosts:
     pytester.makepyfile(test_two="def test_a(san_switch):\n    pass\n\ndef test_b(san_switch):\n    pass\n")
     both = HilBackend(hosts, leases=_policy("blocker", timeout=10))
     try:
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil",
+        result = pytester.runpytest_subprocess("--san-backend=hil",
                                                f"--san-inventory={inv}", "--san-lease-timeout=2")
     finally:
         both.close()

@@ -22,7 +22,7 @@ def test_log_file_and_log_cli_show_the_agents_start_and_stop(pytester: pytest.Py
     pytester.makepyfile(test_uses_a_host="def test_connect(san_switch):\n    san_switch.connect()\n")
     log_file = pytester.path / "run.log"
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--san-backend=hil", f"--san-inventory={inventory}",
+        "--san-backend=hil", f"--san-inventory={inventory}",
         f"--log-file={log_file}", "--log-file-level=DEBUG", "--log-file-format=%(name)s %(levelname)s %(message)s",
         "-o", "log_cli=true", "--log-cli-level=INFO")
     result.assert_outcomes(passed=1)

@@ -59,7 +59,7 @@ def test_model_over_ssh_with_two_nodes_and_differential(hil: HilBackend) -> None
 def test_model_from_the_command_line(pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
     inventory = write_inventory(tmp_path / "hosts.json", host_configs(sshd, tmp_path, names=("modelB",)))
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_san.model",
+    result = pytester.runpytest_subprocess("--pyargs", "pytest_san.model",
                                            "--san-backend=hil", f"--san-inventory={inventory}",
                                            "--san-model-sequences", "3", "--san-model-steps", "10",
                                            "--san-report", str(report))

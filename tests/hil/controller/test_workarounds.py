@@ -104,7 +104,7 @@ def test_a_host_s_workarounds_reach_the_report(pytester: pytest.Pytester) -> Non
     """A real agent over the local transport; its hello names the workarounds a siw host on 6.12 applies."""
     pytester.makeconftest(SIW_HELLO)
     pytester.makepyfile(test_one=TEST)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil", f"--san-hosts={LOCAL}",
+    result = pytester.runpytest_subprocess("--san-backend=hil", f"--san-hosts={LOCAL}",
                                            "--san-report", "report.json")
     result.assert_outcomes(passed=1)
     report: dict[str, Any] = json.loads((pytester.path / "report.json").read_text())

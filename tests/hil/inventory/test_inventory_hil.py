@@ -31,7 +31,7 @@ def _lab(directory: Path) -> Path:
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", *args)
+    return pytester.runpytest_subprocess("-s", *args)
 
 
 def test_the_hil_backend_runs_from_an_ini_inventory_with_vars_directories(pytester: pytest.Pytester) -> None:

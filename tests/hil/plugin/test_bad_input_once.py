@@ -18,7 +18,7 @@ from hil.inventory import write_inventory
 from tests.support.sshd import SshServer, free_port
 
 MAX_LINES = 30
-SUITE = ["-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios", "--san-backend=hil"]
+SUITE = ["--pyargs", "pytest_san.scenarios", "--san-backend=hil"]
 
 
 def _inventory(path: Path, **hosts: dict[str, object]) -> Path:
@@ -153,7 +153,7 @@ def test_an_agent_that_cannot_start_again_is_reported_once(pytester: pytest.Pyte
     monkeypatch.setenv("SAN_TEST_REMOTE_TMP", str(remote_tmp))
     inventory = _inventory(pytester.path / "lab.json", h=_local(san_remote_tmp=str(remote_tmp)))
     pytester.makepyfile(test_gone=KILL_AND_HIDE)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-backend=hil",
+    result = pytester.runpytest_subprocess("--san-backend=hil",
                                            f"--san-inventory={inventory}", timeout=600)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = result.stdout.str()

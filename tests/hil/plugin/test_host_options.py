@@ -28,7 +28,7 @@ def test_hosts(san_backend):
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", *args)
+    return pytester.runpytest_subprocess("-s", *args)
 
 
 def test_host_url_without_an_inventory(pytester: pytest.Pytester) -> None:
@@ -121,7 +121,7 @@ def test_ini_inventory_is_relative_to_the_rootdir(pytester: pytest.Pytester, mon
     sub.mkdir()
     (sub / "test_one.py").write_text(TEST_HOSTS)
     monkeypatch.chdir(sub)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "--rootdir", str(pytester.path),
+    result = pytester.runpytest_subprocess("-s", "--rootdir", str(pytester.path),
                                            "-c", str(pytester.path / "tox.ini"), str(sub))
     result.assert_outcomes(passed=1)
 

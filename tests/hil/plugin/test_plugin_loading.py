@@ -20,7 +20,7 @@ def test_hosts(san_backend):
 def test_the_hil_plugin_loads_without_an_assert_rewrite_warning(pytester: pytest.Pytester,
                                                                plugins: list[str]) -> None:
     pytester.makepyfile(test_hosts=TEST_HOSTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *plugins, "--san-backend=hil",
+    result = pytester.runpytest_subprocess(*plugins, "--san-backend=hil",
                                            "--san-hosts=local://?engine=emulator&loopback=1",
                                            "-W", "error::pytest.PytestAssertRewriteWarning")
     result.assert_outcomes(passed=1, warnings=0)

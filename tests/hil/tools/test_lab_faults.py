@@ -3,7 +3,7 @@
 Run only when ``SAN_LAB_INVENTORY`` names the inventory of a running lab (otherwise every test is
 skipped, saying so)::
 
-    SAN_LAB_INVENTORY=/tmp/lab.yaml pytest tests/hil/tools/test_lab_faults.py -v -p no:cacheprovider
+    SAN_LAB_INVENTORY=/tmp/lab.yaml pytest tests/hil/tools/test_lab_faults.py -v
 
 Each test builds its own :class:`HilBackend` on the lab's ``san`` hosts and closes it, and leaves the
 lab as it found it (link up, guest running, a fresh agent), so the rest of a CI job can use it:

@@ -198,7 +198,7 @@ def test_the_hil_plugin_on_a_silent_port(pytester: pytest.Pytester) -> None:
     """The suite against a silent port with the default timeouts: its banner's wait, said once, no crash."""
     with SilentPort() as port:
         result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "--pyargs", "pytest_san.scenarios", "--san-backend=hil",
+            "--pyargs", "pytest_san.scenarios", "--san-backend=hil",
             f"--san-hosts=ssh://127.0.0.1:{port.port}?engine=emulator&loopback=1", timeout=300)
     output = result.stdout.str() + result.stderr.str()
     assert "INTERNALERROR" not in output
