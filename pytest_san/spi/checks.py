@@ -290,6 +290,7 @@ class InUse(Protocol):
 
 
 R = TypeVar("R", bound=InUse)
+"""A registration a backend looks up: handed back as it is."""
 
 
 def deregistration(registration: R | None, key: object) -> R:
