@@ -34,8 +34,7 @@ myst_enable_extensions = ["colon_fence"]
 # these docs: with no intersphinx, the standard library's and pytest's names have no target here.
 nitpicky = True
 nitpick_ignore_regex = [(r"py:.*", r"(collections|contextlib|pathlib|typing|pytest|_pytest)\..*|tuple\[.*"),
-                        # pytest_san.batch's ParamSpec, defined for the type checker only (the agent's Python 3.9
-                        # has none): Batch.call's parameters are the called method's
+                        # pytest_san.batch's ParamSpec: Batch.call's parameters are the called method's
                         (r"py:class", r"P(\.args|\.kwargs)?")]
 smartquotes = False  # "--" is an option's prefix here, never a dash
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Generic, NamedTuple, ParamSpec, Protocol, TypeVar, cast, runtime_checkable
 
 from .spi.contract import Completion
 from .spi.protocols import PendingOperation, Process, Socket
@@ -34,10 +34,8 @@ __all__ = ["Answered", "Batch", "Batching", "Call", "Later", "Outcome", "batch",
            "is_alive", "is_closed", "is_connected", "is_done", "made_one_by_one", "named", "raise_first", "values",
            "wait_for"]
 
-if TYPE_CHECKING:  # the agent imports this module on Python 3.9, which has no ParamSpec
-    from typing import ParamSpec
-
-    P = ParamSpec("P")
+#: A call's parameters.
+P = ParamSpec("P")
 #: What a call returns.
 R = TypeVar("R")
 #: What a ``Later`` holds.

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the pushed tree: hil/agent and, for the emulator engine, pytest_san
+sys.path.insert(0, str(ROOT))  # the pushed tree: hil/agent, hil/rpc and pytest_san/spi (server.py)
 
 from hil.agent import lease, server  # noqa: E402
 from hil.rpc import framing as wire  # noqa: E402

@@ -3,7 +3,7 @@
 An engine (emulator or verbs) hands out objects that follow pytest_san's protocols. The methods each
 kind answers are ``hil.rpc.methods.OBJECTS``; values travel by ``hil.rpc.codec``, with
 :class:`EngineCodec` naming the engine's objects; errors by ``hil.rpc.errors``. Python 3.9 compatible,
-standard library (+ pytest_san's types, pushed with the agent).
+standard library (+ ``pytest_san.spi``, pushed with the agent).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from ..batch import Batch, Later, batch, raise_first
 from ..notes import add_note
@@ -13,12 +13,10 @@ from ..spi.contract import SO_MAX_RDMA_SIZE, Access, SanError, Status, WsaError
 from ..spi.protocols import Buffer, Handle, PendingOperation, Process, Provider, Proxy, Socket
 from .session import HEADER, LENGTH, MORE, Kind, Message, messages, src_avail
 
-if TYPE_CHECKING:  # the agent imports this module on Python 3.9, which has neither
-    from typing import Concatenate, ParamSpec
-
+if TYPE_CHECKING:
     from .connection import Connection
 
-    P = ParamSpec("P")
+P = ParamSpec("P")
 R = TypeVar("R")
 Release = Callable[[Socket, Any], None]
 """A provider's deregistration, bound: ``deregister_memory`` or ``deregister_rdma_memory``."""
