@@ -9,8 +9,10 @@ twice, and the run fails naming the lease's real holder. At the end (the backend
 else unconfigure, atexit or SIGTERM) the agents stop first, then the reservation is cancelled and the place
 released, in that order.
 
-labgrid installs a pytest plugin of its own (``--lg-env``, ``--lg-coordinator``...): it only acts on its own
-options, and pytest-san does not use it; the two coexist (``-p no:labgrid`` turns labgrid's off).
+labgrid installs a pytest plugin of its own (``--lg-env``, ``--lg-coordinator``...), which pytest-san does not use.
+The two coexist in a run, but labgrid's costs every pytest process its import, turns on live logs at ``-vv``
+and cannot be configured twice in one process (in-process ``pytester`` runs fail): ``-p no:labgrid`` turns it
+off (docs/labgrid.md).
 """
 
 from __future__ import annotations

@@ -191,3 +191,31 @@ def test_a_restarted_coordinator_double_books_and_the_kernel_lease_refuses_namin
         finally:
             (marks / "release").write_text("")
             first.kill()
+
+
+def test_sigterm_stops_the_agents_cancels_then_releases(
+        lab: LabgridLab, four: list[HostConfig], tmp_path: Path, remote_tmp: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    lab.add_places({"pair1": (NAMES[:2], {"san": "pair"})})
+    inventory = write_inventory(tmp_path / "lab.json", four)
+    (tmp_path / "test_hold.py").write_text(HOLD)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("SAN_TEST_MARKS", str(marks))
+    with (tmp_path / "run.log").open("wb") as log:
+        run = start_pytest([*_args(lab, inventory), "test_hold.py"], tmp_path, log)
+        try:
+            assert wait_until(lambda: (marks / "main").exists(), timeout=SIGN), (tmp_path / "run.log").read_text()
+            assert lab.acquired()["pair1"] is not None and any(_held_leases(remote_tmp).values())
+            run.send_signal(signal.SIGTERM)
+            assert run.wait(SIGN) == -signal.SIGTERM  # it still dies of the signal, once it has let go
+        finally:
+            (marks / "release").write_text("")
+            run.kill()
+    assert lab.acquired() == {"pair1": None}
+    session = lab.session()
+    try:
+        assert session.reservations() == []  # cancelled, not left to expire
+    finally:
+        session.close()
+    assert _held_leases(remote_tmp) == dict.fromkeys(NAMES)

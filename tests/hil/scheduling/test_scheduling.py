@@ -1,5 +1,6 @@
 """--san-labgrid's parts without a coordinator: the settings, identities, a place as hosts, the booking's order
-(cancel, then release), the reaper's reading of leases; and what a run says without labgrid or a coordinator."""
+(cancel, then release), the reaper's reading of leases; and what a run says without labgrid or a coordinator.
+Only the last needs labgrid installed; the rest run in every tox environment."""
 
 from __future__ import annotations
 
@@ -21,8 +22,6 @@ from hil.scheduling.coordinator import CoordinatorError, CoordinatorSession, Pla
 from hil.scheduling.places import PlaceError, place_hosts
 from hil.scheduling.reaper import lease_patterns, live_leases
 from tests.support.sshd import free_port
-
-labgrid = pytest.importorskip("labgrid", reason="the labgrid extra is not installed")
 
 
 def test_a_filter_is_tags() -> None:
@@ -228,6 +227,7 @@ def test_without_labgrid_the_option_says_which_extra_to_install(tmp_path: Path) 
 
 
 def test_a_missing_coordinator_is_one_line_naming_the_address(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("labgrid", reason="the labgrid extra is not installed")
     pytester.makepyfile(test_one="def test_one(san_switch):\n    pass\n\ndef test_two(san_switch):\n    pass\n")
     address = f"127.0.0.1:{free_port()}"
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--san-labgrid", "san=pair",
