@@ -33,6 +33,9 @@ from .spi.protocols import (
     Proxy,
     Socket,
 )
+
+# pytest-san's own switch and what it makes (classes). What any switch keeps, and what san_switch and the
+# scenarios are typed by, are the protocols pytest_san.protocols.Switch, SwitchConnection and SwitchEndpoint.
 from .switch import Connection, Endpoint, Switch
 
 __version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it (dynamic = ["version"])

@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_san import Backend, Connection, Switch
+from pytest_san import Backend
 from pytest_san.spi import protocols
+from pytest_san.spi.protocols import Switch, SwitchConnection
 
 from ..plugin.fixtures import make_switch
 from .support import RawEnd, close_ends
@@ -15,7 +16,7 @@ from .watching import Watched
 
 
 @pytest.fixture
-def conn(san_switch: Switch) -> Connection:
+def conn(san_switch: Switch) -> SwitchConnection:
     """A connection made by the switch between the first two nodes."""
     return san_switch.connect()
 

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_san import Access, Backend, Buffer, Connection, Endpoint, Handle, Process, Switch, WsaError
+from pytest_san import Access, Backend, Buffer, Handle, Process, WsaError
+from pytest_san.spi.protocols import Switch, SwitchConnection, SwitchEndpoint
 
 from .support import (
     NEEDS_READ,
@@ -38,14 +39,14 @@ READ_SCATTER = [NEEDS_READ, pytest.mark.san_requires("rdma_read_scatter")]
 
 
 @pytest.mark.san_rule("R1")
-def test_handle_works_in_its_own_process(conn: Connection) -> None:
+def test_handle_works_in_its_own_process(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.WRITE)
     assert succeeded(write_into(a, desc, DATA), len(DATA))
     assert target.inner.read() == DATA and target.intact()
 
 
-def _foreign_handle_rejected(b: Endpoint, intruder: Endpoint, buf: Buffer, handle: Handle) -> None:
+def _foreign_handle_rejected(b: SwitchEndpoint, intruder: SwitchEndpoint, buf: Buffer, handle: Handle) -> None:
     """``intruder`` writes ``buf`` under a handle it does not own into a window ``b`` made for it."""
     target, _ = window(b, len(DATA), Access.WRITE)
     desc = b.provider.register_rdma_memory(intruder.peer.socket, target.inner, Access.WRITE)
@@ -54,7 +55,7 @@ def _foreign_handle_rejected(b: Endpoint, intruder: Endpoint, buf: Buffer, handl
 
 
 @pytest.mark.san_rule("R1")
-def test_handle_from_another_process_is_rejected(san_switch: Switch, conn: Connection) -> None:
+def test_handle_from_another_process_is_rejected(san_switch: Switch, conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     other = san_switch.connect(peer=b.process, process=a.process.node.spawn_process()).local
     _, handle = source(a, DATA)  # a's handle, used by another process with its own buffer
@@ -64,7 +65,7 @@ def test_handle_from_another_process_is_rejected(san_switch: Switch, conn: Conne
 
 
 @pytest.mark.san_rule("R1")
-def test_handle_from_another_process_buffer_is_rejected(san_switch: Switch, conn: Connection) -> None:
+def test_handle_from_another_process_buffer_is_rejected(san_switch: Switch, conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     other = san_switch.connect(peer=b.process, process=a.process.node.spawn_process()).local
     buf, handle = source(a, DATA)  # a's handle and a's buffer, used by another process
@@ -72,7 +73,7 @@ def test_handle_from_another_process_buffer_is_rejected(san_switch: Switch, conn
 
 
 @pytest.mark.san_rule("R1")
-def test_handle_on_another_socket_of_the_same_process_is_rejected(san_switch: Switch, conn: Connection) -> None:
+def test_handle_on_another_socket_of_the_same_process_is_rejected(san_switch: Switch, conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     second = san_switch.connect(peer=b.process, process=a.process).local
     buf, handle = source(a, DATA)  # registered on the first socket
@@ -90,7 +91,7 @@ def _foreign_process(mine: Process, peer: Process, where: str) -> Process:
 @pytest.mark.san_rule("R1", "R5", "R14")
 @pytest.mark.parametrize("register", ["register_memory", "register_rdma_memory"])
 @pytest.mark.parametrize("where", FOREIGN)
-def test_registering_another_process_buffer_is_efault(conn: Connection, where: str, register: str) -> None:
+def test_registering_another_process_buffer_is_efault(conn: SwitchConnection, where: str, register: str) -> None:
     a = conn.local
     foreign = _foreign_process(a.process, conn.remote.process, where).alloc(4096)
     before = len(a.provider.registrations(a.socket)), a.proxy.live_allocations()
@@ -141,7 +142,7 @@ def test_scatter_entry_of_another_process_is_rejected(san_backend: Backend, kind
 
 
 @pytest.mark.san_rule("R2")
-def test_descriptor_works_for_connected_peer(conn: Connection) -> None:
+def test_descriptor_works_for_connected_peer(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.READWRITE)
     assert succeeded(write_into(a, desc, DATA), len(DATA))
@@ -150,7 +151,7 @@ def test_descriptor_works_for_connected_peer(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R2")
 @NEEDS_READ
-def test_descriptor_read_by_connected_peer(conn: Connection) -> None:
+def test_descriptor_read_by_connected_peer(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.READWRITE)
     target.inner.write(DATA)
@@ -161,7 +162,7 @@ def test_descriptor_read_by_connected_peer(conn: Connection) -> None:
 INTRUSIONS = ["write", pytest.param("read", marks=NEEDS_READ)]
 
 
-def _intruder_rejected(owner: Endpoint, make: Callable[[], Endpoint], how: str) -> None:
+def _intruder_rejected(owner: SwitchEndpoint, make: Callable[[], SwitchEndpoint], how: str) -> None:
     """A write (or a read) through ``owner``'s descriptor from a fresh intruding connection."""
     target, desc = window(owner, len(DATA), Access.READWRITE)
     if how == "write":
@@ -174,7 +175,7 @@ def _intruder_rejected(owner: Endpoint, make: Callable[[], Endpoint], how: str) 
 
 @pytest.mark.san_rule("R2")
 @pytest.mark.parametrize("how", INTRUSIONS)
-def test_descriptor_on_another_connection_between_same_processes(san_switch: Switch, conn: Connection,
+def test_descriptor_on_another_connection_between_same_processes(san_switch: Switch, conn: SwitchConnection,
                                                                  how: str) -> None:
     a, b = conn.local, conn.remote
     _intruder_rejected(b, lambda: san_switch.connect(peer=b.process, process=a.process).local, how)
@@ -182,7 +183,7 @@ def test_descriptor_on_another_connection_between_same_processes(san_switch: Swi
 
 @pytest.mark.san_rule("R2", "R5")
 @pytest.mark.parametrize("how", INTRUSIONS)
-def test_descriptor_from_another_process_on_the_initiator_host(san_switch: Switch, conn: Connection,
+def test_descriptor_from_another_process_on_the_initiator_host(san_switch: Switch, conn: SwitchConnection,
                                                                how: str) -> None:
     a, b = conn.local, conn.remote
     node = a.process.node
@@ -193,14 +194,15 @@ def test_descriptor_from_another_process_on_the_initiator_host(san_switch: Switc
 @pytest.mark.san_requires("third_host")
 @pytest.mark.san_nodes(3)
 @pytest.mark.parametrize("how", INTRUSIONS)
-def test_descriptor_from_a_third_host(san_switch: Switch, san_backend: Backend, conn: Connection, how: str) -> None:
+def test_descriptor_from_a_third_host(san_switch: Switch, san_backend: Backend, conn: SwitchConnection,
+                                      how: str) -> None:
     b = conn.remote
     third = san_backend.nodes[2]
     _intruder_rejected(b, lambda: san_switch.connect(peer=b.process, process=third).local, how)
 
 
 @pytest.mark.san_rule("R2")
-def test_own_descriptor_is_not_a_remote_target(conn: Connection) -> None:
+def test_own_descriptor_is_not_a_remote_target(conn: SwitchConnection) -> None:
     a = conn.local
     target, desc = window(a, len(DATA), Access.READWRITE)  # a's own window: only the peer may use it
     assert rejected(write_into(a, desc, DATA))
@@ -213,7 +215,7 @@ def test_own_descriptor_is_not_a_remote_target(conn: Connection) -> None:
 @pytest.mark.san_rule("R5")
 @NEEDS_READ
 def test_same_address_in_another_process_is_not_the_registered_memory(san_switch: Switch,
-                                                                      conn: Connection) -> None:
+                                                                      conn: SwitchConnection) -> None:
     from pytest_san import SanError
 
     a, b = conn.local, conn.remote
@@ -232,7 +234,7 @@ def test_same_address_in_another_process_is_not_the_registered_memory(san_switch
 
 @pytest.mark.san_rule("R5", "R2")
 @pytest.mark.parametrize("how", INTRUSIONS)
-def test_registration_not_reachable_from_processes_on_the_owner_host(san_switch: Switch, conn: Connection,
+def test_registration_not_reachable_from_processes_on_the_owner_host(san_switch: Switch, conn: SwitchConnection,
                                                                      how: str) -> None:
     a, b = conn.local, conn.remote
     node = a.process.node
@@ -244,7 +246,7 @@ def test_registration_not_reachable_from_processes_on_the_owner_host(san_switch:
 
 
 @pytest.mark.san_rule("R6")
-def test_peer_write_into_read_descriptor_is_rejected(conn: Connection) -> None:
+def test_peer_write_into_read_descriptor_is_rejected(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.READ)
     assert rejected(write_into(a, desc, DATA))
@@ -253,7 +255,7 @@ def test_peer_write_into_read_descriptor_is_rejected(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R6")
 @NEEDS_READ
-def test_peer_read_from_read_descriptor_works(conn: Connection) -> None:
+def test_peer_read_from_read_descriptor_works(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, len(DATA), Access.READ, fill=0x5A)
     outcome, landed = read_from(a, desc, len(DATA))
@@ -261,7 +263,7 @@ def test_peer_read_from_read_descriptor_works(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R6")
-def test_read_handle_as_receive_buffer_is_rejected(conn: Connection) -> None:
+def test_read_handle_as_receive_buffer_is_rejected(conn: SwitchConnection) -> None:
     b = conn.remote
     g, handle = sink(b, 256, Access.READ)
     recv = attempt(lambda: b.provider.recv(b.socket, [(g.inner, handle)]))
@@ -271,7 +273,7 @@ def test_read_handle_as_receive_buffer_is_rejected(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R6")
 @NEEDS_READ
-def test_read_handle_as_rdma_read_sink_is_rejected(conn: Connection) -> None:
+def test_read_handle_as_rdma_read_sink_is_rejected(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, len(DATA), Access.READ, fill=0x5A)
     g, handle = sink(a, len(DATA), Access.READ)
@@ -284,7 +286,7 @@ def test_read_handle_as_rdma_read_sink_is_rejected(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R7")
 @NEEDS_READ
-def test_peer_read_from_write_descriptor_is_rejected(conn: Connection) -> None:
+def test_peer_read_from_write_descriptor_is_rejected(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, len(DATA), Access.WRITE, fill=0x5A)
     outcome, landed = read_from(a, desc, len(DATA))
@@ -292,7 +294,7 @@ def test_peer_read_from_write_descriptor_is_rejected(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R7")
-def test_write_handle_as_rdma_write_source_is_rejected(conn: Connection) -> None:
+def test_write_handle_as_rdma_write_source_is_rejected(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.WRITE)
     buf, handle = source(a, DATA, Access.WRITE)
@@ -301,7 +303,7 @@ def test_write_handle_as_rdma_write_source_is_rejected(conn: Connection) -> None
 
 
 @pytest.mark.san_rule("R7")
-def test_write_handle_as_send_source_is_rejected(conn: Connection) -> None:
+def test_write_handle_as_send_source_is_rejected(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     g, rh = sink(b, 256)
     b.provider.recv(b.socket, [(g.inner, rh)])
@@ -312,7 +314,7 @@ def test_write_handle_as_send_source_is_rejected(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R7")
 @NEEDS_READ
-def test_readwrite_allows_both(conn: Connection) -> None:
+def test_readwrite_allows_both(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.READWRITE)
     assert succeeded(write_into(a, desc, DATA), len(DATA))
@@ -326,7 +328,7 @@ def test_readwrite_allows_both(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R8")
 @pytest.mark.parametrize("offset,length", [(0, 4097), (4000, 97), (4096, 1), (1 << 20, 16)])
-def test_write_past_the_registered_range_is_rejected(conn: Connection, offset: int, length: int) -> None:
+def test_write_past_the_registered_range_is_rejected(conn: SwitchConnection, offset: int, length: int) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, 4096, Access.WRITE)
     assert rejected(write_into(a, desc, b"o" * length, offset))
@@ -336,7 +338,7 @@ def test_write_past_the_registered_range_is_rejected(conn: Connection, offset: i
 @pytest.mark.san_rule("R8")
 @NEEDS_READ
 @pytest.mark.parametrize("offset,length", [(0, 4097), (4095, 2)])
-def test_read_past_the_registered_range_is_rejected(conn: Connection, offset: int, length: int) -> None:
+def test_read_past_the_registered_range_is_rejected(conn: SwitchConnection, offset: int, length: int) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, 4096, Access.READ)
     outcome, landed = read_from(a, desc, length, offset)
@@ -344,7 +346,7 @@ def test_read_past_the_registered_range_is_rejected(conn: Connection, offset: in
 
 
 @pytest.mark.san_rule("R8")
-def test_exact_fit_at_the_end_is_allowed(conn: Connection) -> None:
+def test_exact_fit_at_the_end_is_allowed(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, 4096, Access.WRITE)
     assert succeeded(write_into(a, desc, b"E" * 96, 4000), 96)
@@ -353,7 +355,7 @@ def test_exact_fit_at_the_end_is_allowed(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R8")
-def test_local_buffer_past_its_registration_is_rejected(conn: Connection) -> None:
+def test_local_buffer_past_its_registration_is_rejected(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     whole = a.process.alloc(8192)
     handle = a.provider.register_memory(a.socket, whole.view(0, 4096), Access.READ)
@@ -363,7 +365,7 @@ def test_local_buffer_past_its_registration_is_rejected(conn: Connection) -> Non
 
 
 @pytest.mark.san_rule("R8")
-def test_scatter_gather_lands_in_order(conn: Connection) -> None:
+def test_scatter_gather_lands_in_order(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     parts = [source(a, bytes([i]) * 1000) for i in (1, 2, 3)]
     target, desc = window(b, 3000, Access.WRITE)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_san import Access, Backend, Completion, Handle, SanError, Status, Switch, WsaError
+from pytest_san import Access, Backend, Completion, Handle, SanError, Status, WsaError
+from pytest_san.spi.protocols import Switch
 
 from .support import RDMA_KINDS, RawEnd, attempt, guarded, rejected, window
 

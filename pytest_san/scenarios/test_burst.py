@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from pytest_san import Access, Backend, Completion, Connection, Handle, PendingOperation, Status, WsaError
+from pytest_san import Access, Backend, Completion, Handle, PendingOperation, Status, WsaError
 from pytest_san.spi.burst import rdma_read_burst, rdma_write_burst
+from pytest_san.spi.protocols import SwitchConnection
 
 from .support import TIMEOUT, Guarded, attempt, expect_error, rejected, sink, source, window
 
@@ -27,7 +28,7 @@ def _wait(op: PendingOperation) -> Completion:
 
 
 @pytest.mark.san_rule("R8")
-def test_write_burst_moves_count_times_the_bytes_and_nothing_else(conn: Connection) -> None:
+def test_write_burst_moves_count_times_the_bytes_and_nothing_else(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     buf, handle = source(a, DATA)
     target, desc = window(b, SIZE, Access.WRITE)
@@ -40,7 +41,7 @@ def test_write_burst_moves_count_times_the_bytes_and_nothing_else(conn: Connecti
 
 
 @pytest.mark.san_rule("R8")
-def test_write_burst_at_an_offset_with_depth_one(conn: Connection) -> None:
+def test_write_burst_at_an_offset_with_depth_one(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     buf, handle = source(a, DATA[:1024])
     target, desc = window(b, SIZE, Access.WRITE)
@@ -51,7 +52,7 @@ def test_write_burst_at_an_offset_with_depth_one(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R8")
 @pytest.mark.san_requires("rdma_read")
-def test_read_burst_reads_count_times(conn: Connection) -> None:
+def test_read_burst_reads_count_times(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     remote, desc = window(b, SIZE, Access.READ)
     remote.inner.write(DATA)
@@ -62,7 +63,7 @@ def test_read_burst_reads_count_times(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R6")
-def test_write_burst_into_a_read_descriptor_is_rejected_after_the_first(conn: Connection) -> None:
+def test_write_burst_into_a_read_descriptor_is_rejected_after_the_first(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     buf, handle = source(a, DATA)
     target, desc = window(b, SIZE, Access.READ)
@@ -74,7 +75,7 @@ def test_write_burst_into_a_read_descriptor_is_rejected_after_the_first(conn: Co
 
 
 @pytest.mark.san_rule("R7")
-def test_write_burst_from_a_write_only_handle_is_rejected(conn: Connection) -> None:
+def test_write_burst_from_a_write_only_handle_is_rejected(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     buf, handle = source(a, DATA, Access.WRITE)
     target, desc = window(b, SIZE, Access.WRITE)
@@ -83,7 +84,7 @@ def test_write_burst_from_a_write_only_handle_is_rejected(conn: Connection) -> N
 
 
 @pytest.mark.san_rule("R8")
-def test_write_burst_past_the_end_is_rejected(conn: Connection) -> None:
+def test_write_burst_past_the_end_is_rejected(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     buf, handle = source(a, DATA)
     target, desc = window(b, SIZE, Access.WRITE)
@@ -93,7 +94,7 @@ def test_write_burst_past_the_end_is_rejected(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R14")
 @pytest.mark.parametrize(("count", "depth"), [(0, 4), (-1, 4), (4, 0), (2.0, 4)])
-def test_burst_count_and_depth_below_one_are_einval(conn: Connection, count: Any, depth: Any) -> None:
+def test_burst_count_and_depth_below_one_are_einval(conn: SwitchConnection, count: Any, depth: Any) -> None:
     a, b = conn.local, conn.remote
     buf, handle = source(a, DATA)
     target, desc = window(b, SIZE, Access.WRITE)
@@ -111,7 +112,7 @@ class Held:
     burst: PendingOperation
 
 
-def held_burst(san_backend: Backend, conn: Connection) -> Held:
+def held_burst(san_backend: Backend, conn: SwitchConnection) -> Held:
     a, b = conn.local, conn.remote
     assert san_backend.faults is not None
     buf, handle = source(a, DATA)
@@ -122,7 +123,7 @@ def held_burst(san_backend: Backend, conn: Connection) -> Held:
 
 @pytest.mark.san_rule("R13")
 @pytest.mark.san_requires("faults")
-def test_registrations_of_a_pending_burst_cannot_be_deregistered(san_backend: Backend, conn: Connection) -> None:
+def test_registrations_of_a_pending_burst_cannot_be_deregistered(san_backend: Backend, conn: SwitchConnection) -> None:
     a = conn.local
     held = held_burst(san_backend, conn)
     assert not held.burst.done()
@@ -139,7 +140,7 @@ def test_registrations_of_a_pending_burst_cannot_be_deregistered(san_backend: Ba
 @pytest.mark.san_rule("R11")
 @pytest.mark.san_requires("faults")
 def test_close_under_a_pending_burst_aborts_it_and_releases_everything(san_backend: Backend,
-                                                                      conn: Connection) -> None:
+                                                                      conn: SwitchConnection) -> None:
     a = conn.local
     held = held_burst(san_backend, conn)
     conn.close()

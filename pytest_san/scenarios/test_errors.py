@@ -6,8 +6,9 @@ from typing import cast
 
 import pytest
 
-from pytest_san import Access, Backend, Connection, SanError, Status, WsaError
+from pytest_san import Access, Backend, SanError, Status, WsaError
 from pytest_san.batch import batch, values
+from pytest_san.spi.protocols import SwitchConnection
 
 from .support import (
     TIMEOUT,
@@ -26,7 +27,7 @@ from .support import (
 
 @pytest.mark.san_rule("R14")
 @pytest.mark.parametrize("flags", [0, 4, 7, -1, 0x10])
-def test_bad_access_flags_are_einval(conn: Connection, flags: int) -> None:
+def test_bad_access_flags_are_einval(conn: SwitchConnection, flags: int) -> None:
     a = conn.local
     buf = a.process.alloc(64)
     bad = cast(Access, flags)  # deliberately not an Access value
@@ -35,7 +36,7 @@ def test_bad_access_flags_are_einval(conn: Connection, flags: int) -> None:
 
 
 @pytest.mark.san_rule("R14")
-def test_unmapped_or_empty_buffer_is_efault(conn: Connection) -> None:
+def test_unmapped_or_empty_buffer_is_efault(conn: SwitchConnection) -> None:
     a = conn.local
     buf = a.process.alloc(4096)
     for bad in (a.process.buffer_at(0x1000, 4096),  # never mapped
@@ -46,7 +47,7 @@ def test_unmapped_or_empty_buffer_is_efault(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R14")
-def test_descriptor_too_small_probe(conn: Connection) -> None:
+def test_descriptor_too_small_probe(conn: SwitchConnection) -> None:
     a = conn.local
     buf = a.process.alloc(4096)
     before = len(a.provider.registrations(a.socket))
@@ -95,7 +96,7 @@ def test_every_descriptor_size_below_the_required_one_is_the_probe(san_backend: 
 
 
 @pytest.mark.san_rule("R14")
-def test_malformed_descriptor_is_einval(conn: Connection) -> None:
+def test_malformed_descriptor_is_einval(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     buf, handle = source(a, b"x" * 64)
     _, desc = window(b, 64, Access.WRITE)
@@ -105,7 +106,7 @@ def test_malformed_descriptor_is_einval(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R14")
-def test_too_many_buffers_is_einval(san_backend: Backend, conn: Connection) -> None:
+def test_too_many_buffers_is_einval(san_backend: Backend, conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     parts = sources(san_backend, a, [b"p" * 8] * 64)
     _, desc = window(b, 64 * 8, Access.WRITE)
@@ -113,7 +114,7 @@ def test_too_many_buffers_is_einval(san_backend: Backend, conn: Connection) -> N
 
 
 @pytest.mark.san_rule("R14")
-def test_full_queue_is_enetdown(san_backend: Backend, conn: Connection) -> None:
+def test_full_queue_is_enetdown(san_backend: Backend, conn: SwitchConnection) -> None:
     b = conn.remote
     g, handle = sink(b, 16)
     posted = []
@@ -127,7 +128,7 @@ def test_full_queue_is_enetdown(san_backend: Backend, conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R14", "R4")
-def test_closed_socket_is_enotsock(conn: Connection) -> None:
+def test_closed_socket_is_enotsock(conn: SwitchConnection) -> None:
     a = conn.local
     buf = a.process.alloc(64)
     a.close()
@@ -136,7 +137,7 @@ def test_closed_socket_is_enotsock(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R14", "R4")
-def test_disconnected_socket_is_enotconn(conn: Connection) -> None:
+def test_disconnected_socket_is_enotconn(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     buf, handle = source(b, b"y" * 64)
     a.close()
@@ -146,7 +147,7 @@ def test_disconnected_socket_is_enotconn(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R14")
-def test_rdma_read_supported_or_eopnotsupp(conn: Connection) -> None:
+def test_rdma_read_supported_or_eopnotsupp(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, 64, Access.READ, fill=0x42)
     g, handle = sink(a, 64)
@@ -159,7 +160,7 @@ def test_rdma_read_supported_or_eopnotsupp(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R14")
-def test_pending_then_aborted_on_close(conn: Connection) -> None:
+def test_pending_then_aborted_on_close(conn: SwitchConnection) -> None:
     b = conn.remote
     g, handle = sink(b, 64)
     op = b.provider.recv(b.socket, [(g.inner, handle)])
@@ -189,7 +190,7 @@ def test_receive_too_small_is_local_length(san_backend: Backend, raw_pair: tuple
 
 @pytest.mark.san_rule("R14")
 @pytest.mark.san_requires("faults")
-def test_link_drop_is_connection_reset(san_backend: Backend, conn: Connection) -> None:
+def test_link_drop_is_connection_reset(san_backend: Backend, conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     assert san_backend.faults is not None
     g, handle = sink(a, 64)

@@ -8,8 +8,9 @@ import random
 
 import pytest
 
-from pytest_san import Access, Backend, Connection, SanError, Status, Switch, WsaError
+from pytest_san import Access, Backend, SanError, Status, WsaError
 from pytest_san.batch import batch, values
+from pytest_san.spi.protocols import Switch, SwitchConnection
 
 from .support import (
     MAX_SGE,
@@ -38,7 +39,7 @@ DATA = b"\x3c" * 4096
 
 
 @pytest.mark.san_rule("R3")
-def test_descriptor_rejected_after_deregister(conn: Connection) -> None:
+def test_descriptor_rejected_after_deregister(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     target, desc = window(b, len(DATA), Access.READWRITE)
     assert succeeded(write_into(a, desc, DATA), len(DATA))
@@ -50,7 +51,7 @@ def test_descriptor_rejected_after_deregister(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R3")
 @NEEDS_READ
-def test_read_rejected_after_deregister(conn: Connection) -> None:
+def test_read_rejected_after_deregister(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     _, desc = window(b, len(DATA), Access.READ)
     b.provider.deregister_rdma_memory(b.socket, desc)
@@ -59,7 +60,7 @@ def test_read_rejected_after_deregister(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R3")
-def test_handle_rejected_after_deregister(conn: Connection) -> None:
+def test_handle_rejected_after_deregister(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     buf, handle = source(a, DATA)
     a.provider.deregister_memory(a.socket, handle)
@@ -70,7 +71,7 @@ def test_handle_rejected_after_deregister(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R3")
 @pytest.mark.parametrize("kind", ["memory", "rdma"])
-def test_deregistering_one_of_two_registrations_at_one_address_ends_that_one(conn: Connection, kind: str) -> None:
+def test_deregistering_one_of_two_registrations_at_one_address_ends_that_one(conn: SwitchConnection, kind: str) -> None:
     """Two registrations that start at one address (64 and 32 bytes): deregistering the longer ends it, by its
     handle or descriptor, not whichever the address finds first. The socket then lists the shorter one only, and
     the longer one's memory past the shorter is no longer reachable through it (an error completion ends the
@@ -101,7 +102,7 @@ def test_deregistering_one_of_two_registrations_at_one_address_ends_that_one(con
 
 @pytest.mark.san_rule("R2")
 @pytest.mark.parametrize("ended", ["handle", "other-descriptor"])
-def test_a_descriptor_keeps_serving_its_peer_whatever_else_of_its_memory_is_deregistered(conn: Connection,
+def test_a_descriptor_keeps_serving_its_peer_whatever_else_of_its_memory_is_deregistered(conn: SwitchConnection,
                                                                                        ended: str) -> None:
     """R2 gives a descriptor to the connected peer for as long as it is registered: ending another registration
     of the same memory (a local handle over it, or a second descriptor of it) must leave it working. The peer's
@@ -197,7 +198,7 @@ def test_registrations_of_a_closed_socket_fail_on_sockets_made_after_it(san_back
 
 @pytest.mark.san_rule("R3", "R4")
 @pytest.mark.parametrize("closer", ["owner", "initiator"])
-def test_rdma_rejected_after_either_side_closes(conn: Connection, closer: str) -> None:
+def test_rdma_rejected_after_either_side_closes(conn: SwitchConnection, closer: str) -> None:
     """Once either end closed, the peer's RDMA into the owner's window is rejected: the connection is no longer
     established (R4), and a closed socket's registrations are released with it, so the window is no longer
     registered (R3)."""
@@ -215,7 +216,7 @@ def test_rdma_rejected_after_either_side_closes(conn: Connection, closer: str) -
 
 @pytest.mark.san_rule("R4")
 @pytest.mark.san_requires("faults")
-def test_rdma_rejected_after_link_drop(san_backend: Backend, conn: Connection) -> None:
+def test_rdma_rejected_after_link_drop(san_backend: Backend, conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     assert san_backend.faults is not None
     target, desc = window(b, len(DATA), Access.READWRITE)
@@ -230,7 +231,7 @@ def test_rdma_rejected_after_link_drop(san_backend: Backend, conn: Connection) -
 
 @pytest.mark.san_rule("R4")
 @pytest.mark.san_requires("process_kill")
-def test_rdma_rejected_after_owner_process_dies(san_switch: Switch, conn: Connection) -> None:
+def test_rdma_rejected_after_owner_process_dies(san_switch: Switch, conn: SwitchConnection) -> None:
     a = conn.local
     victim = san_switch.connect(peer=conn.remote.process.node.spawn_process(), process=a.process)
     _, desc = window(victim.remote, len(DATA), Access.READWRITE)
@@ -241,7 +242,7 @@ def test_rdma_rejected_after_owner_process_dies(san_switch: Switch, conn: Connec
 
 @pytest.mark.san_rule("R4")
 @pytest.mark.san_requires("process_kill")
-def test_pending_receive_fails_when_the_peer_process_dies(san_switch: Switch, conn: Connection) -> None:
+def test_pending_receive_fails_when_the_peer_process_dies(san_switch: Switch, conn: SwitchConnection) -> None:
     a = conn.local
     victim = san_switch.connect(peer=conn.remote.process.node.spawn_process(), process=a.process)
     g, handle = sink(victim.local, 256)
@@ -258,7 +259,7 @@ def test_pending_receive_fails_when_the_peer_process_dies(san_switch: Switch, co
 
 
 @pytest.mark.san_rule("R12", "P2")
-def test_each_registration_pins_through_the_proxy(conn: Connection) -> None:
+def test_each_registration_pins_through_the_proxy(conn: SwitchConnection) -> None:
     a = conn.local
     before = a.proxy.live_allocations()
     bufs = [a.process.alloc(4096 * (i + 1)) for i in range(3)]
@@ -274,7 +275,7 @@ def test_each_registration_pins_through_the_proxy(conn: Connection) -> None:
 
 @pytest.mark.san_rule("R12", "R14")
 @pytest.mark.san_requires("faults")
-def test_proxy_out_of_memory_is_enobufs_and_leaves_nothing(san_backend: Backend, conn: Connection) -> None:
+def test_proxy_out_of_memory_is_enobufs_and_leaves_nothing(san_backend: Backend, conn: SwitchConnection) -> None:
     a = conn.local
     assert san_backend.faults is not None
     before = a.proxy.live_allocations()
@@ -292,7 +293,7 @@ def test_proxy_out_of_memory_is_enobufs_and_leaves_nothing(san_backend: Backend,
 
 
 @pytest.mark.san_rule("R13", "R12")
-def test_same_buffer_registered_twice_is_reference_counted(conn: Connection) -> None:
+def test_same_buffer_registered_twice_is_reference_counted(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     buf = a.process.alloc(4096)
     buf.write(DATA)
@@ -310,7 +311,7 @@ def test_same_buffer_registered_twice_is_reference_counted(conn: Connection) -> 
 
 
 @pytest.mark.san_rule("R13")
-def test_rdma_registration_reference_counted(conn: Connection) -> None:
+def test_rdma_registration_reference_counted(conn: SwitchConnection) -> None:
     a, b = conn.local, conn.remote
     g = b.process.alloc(4096)
     d1 = b.provider.register_rdma_memory(b.socket, g, Access.WRITE)
@@ -322,14 +323,14 @@ def test_rdma_registration_reference_counted(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R13", "R14")
-def test_deregister_unknown_handle_is_einval(conn: Connection) -> None:
+def test_deregister_unknown_handle_is_einval(conn: SwitchConnection) -> None:
     a = conn.local
     for bogus in (0, 0xDEADBEEF, -1):
         expect_error(WsaError.WSAEINVAL, a.provider.deregister_memory, a.socket, bogus)
 
 
 @pytest.mark.san_rule("R13", "R1")
-def test_deregister_on_another_socket_is_einval(san_switch: Switch, conn: Connection) -> None:
+def test_deregister_on_another_socket_is_einval(san_switch: Switch, conn: SwitchConnection) -> None:
     a = conn.local
     other = san_switch.connect(process=a.process).local
     _, handle = source(a, DATA)
@@ -338,7 +339,7 @@ def test_deregister_on_another_socket_is_einval(san_switch: Switch, conn: Connec
 
 
 @pytest.mark.san_rule("R13")
-def test_deregister_in_use_by_pending_operation_is_einval(conn: Connection) -> None:
+def test_deregister_in_use_by_pending_operation_is_einval(conn: SwitchConnection) -> None:
     b = conn.remote
     g, handle = sink(b, 256)
     pending = b.provider.recv(b.socket, [(g.inner, handle)])  # no sender: stays pending

@@ -15,8 +15,8 @@ from typing import cast
 
 import pytest
 
-from pytest_san import FOUR_GIB, PAGE_SIZE, Access, Backend, CacheType, Connection, Proxy, SanError, Status, WsaError
-from pytest_san.spi.protocols import Allocation, CacheTypeProxy, DirectIoProxy
+from pytest_san import FOUR_GIB, PAGE_SIZE, Access, Backend, CacheType, Proxy, SanError, Status, WsaError
+from pytest_san.spi.protocols import Allocation, CacheTypeProxy, DirectIoProxy, SwitchConnection
 
 from .support import TIMEOUT, expect_error
 from .test_proxy import free_all, nolowmem
@@ -74,7 +74,7 @@ def test_a_pin_locks_the_buffers_own_pages_where_they_are(san_backend: Backend, 
 
 @pytest.mark.san_rule("P1")
 @pytest.mark.san_requires("direct_io", "physical_addresses")
-def test_rdma_lands_in_the_pinned_pages(conn: Connection) -> None:
+def test_rdma_lands_in_the_pinned_pages(conn: SwitchConnection) -> None:
     """The NIC writes into the very pages the receiver's proxy locked: the bytes are in the user's buffer, with
     no copy in between, and the pages are still those frames after a compaction."""
     a, b = conn.local, conn.remote

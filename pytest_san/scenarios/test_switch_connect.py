@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from pytest_san import Backend, Connection, Node, Process, SanError, Switch, WsaError
-from pytest_san.spi.protocols import SwitchConnection
+from pytest_san import Backend, Node, Process, SanError, WsaError
+from pytest_san.spi.protocols import Switch, SwitchConnection
 
 from ..plugin.fixtures import make_switch
 from .support import NEEDS_READ, TIMEOUT, fail_allocations
@@ -25,7 +25,7 @@ from .watching import Watched, left_registered
 RDMA = ("register_rdma_memory", "rdma_read", "rdma_write")
 
 
-def _rdma_calls(conn: Connection) -> list[tuple[str, str]]:
+def _rdma_calls(conn: SwitchConnection) -> list[tuple[str, str]]:
     return [t for t in conn.trace if t[1] in RDMA]
 
 
@@ -217,7 +217,7 @@ def test_flush_finishes_every_transfer(san_switch: Switch, seed: int) -> None:
 
 
 @pytest.mark.san_rule("R9")
-def test_progress_says_whether_anything_moved(conn: Connection) -> None:
+def test_progress_says_whether_anything_moved(conn: SwitchConnection) -> None:
     """``progress()``: True once it moved what a send started, False (not just falsy) once all is quiet."""
     conn.local.send(b"one message")
     deadline = time.monotonic() + TIMEOUT
@@ -231,7 +231,7 @@ def test_progress_says_whether_anything_moved(conn: Connection) -> None:
 
 
 @pytest.mark.san_rule("R9")
-def test_recv_of_what_was_never_sent_times_out_and_the_connection_goes_on(conn: Connection) -> None:
+def test_recv_of_what_was_never_sent_times_out_and_the_connection_goes_on(conn: SwitchConnection) -> None:
     with pytest.raises(TimeoutError):
         conn.remote.recv(1, timeout=0.05)
     _carries(conn, b"after the timeout")

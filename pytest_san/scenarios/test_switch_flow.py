@@ -7,24 +7,24 @@ import random
 
 import pytest
 
-from pytest_san import Backend, Connection, Switch
-from pytest_san.spi.protocols import Faults
+from pytest_san import Backend
+from pytest_san.spi.protocols import Faults, Switch, SwitchConnection
 
 from .support import TIMEOUT
 
 
-def _calls(conn: Connection, name: str, method: str) -> int:
+def _calls(conn: SwitchConnection, name: str, method: str) -> int:
     return conn.trace.count((name, method))
 
 
-def _untraced(conn: Connection, count: int) -> dict[str, int]:
+def _untraced(conn: SwitchConnection, count: int) -> dict[str, int]:
     """The receives each end posted at connect that its trace leaves out: none when the trace lists them (as the
     protocol asks: every provider call), else the ring of ``count`` (pytest-san's own switch leaves them out).
     Read right after connect: a switch that lists its first ring must not be credited with it twice."""
     return {name: 0 if _calls(conn, name, "recv") else count for name in ("local", "remote")}
 
 
-def _check_credit(conn: Connection, untraced: dict[str, int]) -> None:
+def _check_credit(conn: SwitchConnection, untraced: dict[str, int]) -> None:
     """Each end's messages fit the receives the other end posted: those its trace lists and those it posted at
     connect without listing them (a message with no receive for it breaks the connection on iWARP)."""
     for sender, receiver in (("local", "remote"), ("remote", "local")):
@@ -32,7 +32,7 @@ def _check_credit(conn: Connection, untraced: dict[str, int]) -> None:
         assert _calls(conn, sender, "send") <= posted, (sender, conn.trace[-8:])
 
 
-def _steps(conn: Connection, rng: random.Random, count: int, size: int, faults: Faults | None) -> None:
+def _steps(conn: SwitchConnection, rng: random.Random, count: int, size: int, faults: Faults | None) -> None:
     """Random small sends (one message, several, a burst of many) from either end, while the other end moves
     only now and then, reads a little or not at all, or (``faults``) has its operations held for a while; the
     credit check after every step, every byte in order at the end."""

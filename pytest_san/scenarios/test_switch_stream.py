@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_san import SO_MAX_RDMA_SIZE, Connection, Endpoint, Switch
+from pytest_san import SO_MAX_RDMA_SIZE
+from pytest_san.spi.protocols import Switch, SwitchConnection, SwitchEndpoint
 
 from .support import NEEDS_READ, TIMEOUT
 
@@ -18,11 +19,11 @@ LARGEST_STEP = 4 << 20
 """Transfers around the provider's largest single RDMA (SO_MAX_RDMA_SIZE) only when it is at most this."""
 
 
-def _rdma_calls(conn: Connection) -> list[tuple[str, str]]:
+def _rdma_calls(conn: SwitchConnection) -> list[tuple[str, str]]:
     return [t for t in conn.trace if t[1] in ("register_rdma_memory", "rdma_read", "rdma_write")]
 
 
-def _registered(end: Endpoint) -> int:
+def _registered(end: SwitchEndpoint) -> int:
     return len(end.provider.registrations(end.socket))
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_san import Backend, Connection, Endpoint, SanError, Switch, WsaError
+from pytest_san import Backend, SanError, WsaError
+from pytest_san.spi.protocols import Switch, SwitchConnection, SwitchEndpoint
 
 from .support import NEEDS_READ, TIMEOUT
 from .watching import Watched
@@ -15,23 +16,23 @@ MODES = [pytest.param("read", marks=NEEDS_READ), "write"]
 THRESHOLD = 4096
 
 
-def _data(conn: Connection) -> tuple[bytes, bytes]:
+def _data(conn: SwitchConnection) -> tuple[bytes, bytes]:
     """Several messages' worth at most the threshold, and a transfer above it (the connection's own values)."""
     small = (bytes(range(200)) * 12)[:conn.rdma_threshold]
     return small, (bytes(range(251)) * (conn.rdma_threshold // 251 + 20))[:conn.rdma_threshold + 4096]
 
 
-def _kinds(end: Endpoint) -> list[str]:
+def _kinds(end: SwitchEndpoint) -> list[str]:
     return [r.kind for r in end.provider.registrations(end.socket)]
 
 
-def _deregistered(conn: Connection, end: Endpoint, since: int) -> tuple[int, int]:
+def _deregistered(conn: SwitchConnection, end: SwitchEndpoint, since: int) -> tuple[int, int]:
     """How many memory registrations and RDMA descriptors ``end`` deregistered in the trace after ``since``."""
     calls = [m for name, m in conn.trace[since:] if name == end.name]
     return calls.count("deregister_memory"), calls.count("deregister_rdma_memory")
 
 
-def _close(conn: Connection, end: Endpoint, *, idle_regions: int = 0) -> None:
+def _close(conn: SwitchConnection, end: SwitchEndpoint, *, idle_regions: int = 0) -> None:
     """``end.close()``: it deregisters every RDMA descriptor it holds (no operation of its own uses one), at least
     ``idle_regions`` memory registrations (ones nothing ever used), and none that a pending operation uses (the
     provider would refuse: the close would raise). A second close does nothing; a closed end is WSAENOTSOCK."""
@@ -55,7 +56,7 @@ def _close(conn: Connection, end: Endpoint, *, idle_regions: int = 0) -> None:
     assert conn.trace[-1] == (end.name, "close_socket")
 
 
-def _prefix_after_close(closer: Endpoint, peer: Endpoint, sent: bytes) -> None:
+def _prefix_after_close(closer: SwitchEndpoint, peer: SwitchEndpoint, sent: bytes) -> None:
     """What ``peer`` still reads of ``closer``'s stream, if anything, is what was sent, in order."""
     try:
         got = peer.recv(len(sent), timeout=TIMEOUT)

@@ -20,7 +20,8 @@ FLUSH_TIMEOUT = 10.0
 
 
 class Connection:
-    """``local`` and ``remote`` endpoints of one connected socket pair."""
+    """``local`` and ``remote`` endpoints of one connected socket pair, as pytest-san's own switch makes them
+    (``pytest_san.Connection``; the protocol of any switch's is ``pytest_san.protocols.SwitchConnection``)."""
 
     rdma_threshold: int
     """R10: sends longer than this many bytes move by RDMA (the provider's SO_RDMA_THRESHOLD_SIZE unless the

@@ -48,7 +48,8 @@ class _Outgoing:
 
 
 class Endpoint:
-    """A connected SAN socket driven by the switch. ``.socket .process .provider .proxy`` (CONTRACT.md section 5)."""
+    """A connected SAN socket driven by pytest-san's own switch. ``.socket .process .provider .proxy`` (CONTRACT.md
+    section 5). ``pytest_san.Endpoint``; the protocol of any switch's is ``pytest_san.protocols.SwitchEndpoint``."""
 
     send_handle: Handle | None = None  # the regions' registrations: none until ``regions_made``
     recv_handle: Handle | None = None

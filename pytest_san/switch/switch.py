@@ -44,7 +44,11 @@ def check_options(rdma_threshold: object, rdma_mode: object, message_size: objec
 
 
 class Switch:
-    """Opens connected SAN sockets, registers their message memory, moves data, tears down."""
+    """pytest-san's own switch: opens connected SAN sockets, registers their message memory, moves data, tears
+    down.
+
+    A class, exported as ``pytest_san.Switch``; what every switch keeps, and what ``san_switch`` and the
+    scenarios are typed by, is the protocol ``pytest_san.protocols.Switch``."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
