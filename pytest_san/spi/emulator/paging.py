@@ -45,7 +45,7 @@ class PageFrames:
                     self.memory.free(taken, 1)
                 return None
             got.append(frame)
-        self._frames.update(zip(missing, got, strict=True))
+        self._frames.update(zip(missing, got))  # got: a frame for each missing page
         return [self._frames[page] for page in pages]
 
     def pin(self, pages: Iterable[Page]) -> None:

@@ -28,6 +28,30 @@ IMPORT = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); "
           "if getattr(m, '__file__', None) and m.__name__.split('.')[0] in ('hil', 'pytest_san'))")
 
 
+# The emulator driven a little where the agent's emulator engine drives it: 3.10 calls in function bodies
+# (``zip(..., strict=True)``, say) are no syntax and no import, and show only when they run.
+DRIVE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from pytest_san.spi.contract import Access, Status
+from pytest_san.spi.emulator import EmulatorBackend
+
+backend = EmulatorBackend()
+pa, pb = backend.nodes[0].default_process, backend.nodes[1].default_process
+sa, sb = backend.connect_sockets(pa, pb)
+src, dst = pa.alloc(8192), pb.alloc(8192)
+src.write(b"x" * 8192)
+proxy = pa.node.proxy
+proxy.pin(src)
+assert proxy.physical_runs(src)
+proxy.free(proxy.allocate(4096))
+handle = pa.node.provider.register_memory(sa, src, Access.READ)
+desc = pb.node.provider.register_rdma_memory(sb, dst, Access.WRITE)
+done = pa.node.provider.rdma_write(sa, [(src, handle)], desc, 0).wait(10)
+assert done.status is Status.SUCCESS and dst.read(8192) == b"x" * 8192, done
+"""
+
+
 def unpack(directory: Path) -> list[str]:
     """The bundle written below ``directory`` as a host gets it; its paths."""
     names = []
@@ -63,7 +87,7 @@ def test_of_pytest_san_the_bundle_holds_the_folder_spi_alone(tmp_path: Path) -> 
 def test_the_pushed_code_is_python_3_9_code(tmp_path: Path) -> None:
     """Every module of ``pytest_san.spi``, the agent and its emulator engine import on Python 3.9 from the
     bundle alone; every file of the bundle compiles there (the verbs engine imports pyverbs: it is compiled,
-    not imported)."""
+    not imported); the emulator pins, allocates, registers and writes there."""
     python39 = find_python39()
     if python39 is None:
         pytest.skip("no Python 3.9 here (tests/hil/agent/test_agent_floor.py says where it looked)")
@@ -75,3 +99,6 @@ def test_the_pushed_code_is_python_3_9_code(tmp_path: Path) -> None:
     done = subprocess.run([python39, "-I", "-S", "-m", "compileall", "-q", str(tmp_path)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run([python39, "-I", "-S", "-c", DRIVE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
