@@ -84,6 +84,20 @@ def test_of_pytest_san_the_bundle_holds_the_folder_spi_alone(tmp_path: Path) -> 
     assert (tmp_path / "pytest_san/__init__.py").read_bytes() == server.PACKAGE_STUB[1]
 
 
+def test_the_pushed_folders_are_the_ones_their_import_contracts_guard() -> None:
+    """pyproject.toml's import-linter contracts name what is pushed: pytest_san's pushed folder imports the
+    standard library only, and the agent and the wire import nothing else of pytest_san."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml")
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    ours = [tree.replace("/", ".") for tree in server.AGENT_TREES if tree.startswith("pytest_san/")]
+    hils = [tree.replace("/", ".") for tree in server.AGENT_TREES if tree.startswith("hil/")]
+    assert ours == ["pytest_san.spi"]
+    standalone = [c for c in contracts if {"pytest_san.*", "hil"} <= set(c.get("forbidden_modules", []))]
+    assert [c["source_modules"] for c in standalone] == [ours]
+    to_ours = [c for c in contracts if c.get("source_modules") == hils and "pytest_san.*" in c["forbidden_modules"]]
+    assert [c.get("ignore_imports") for c in to_ours] == [[f"hil.** -> {name}.**" for name in ours]]
+
+
 def test_the_pushed_code_is_python_3_9_code(tmp_path: Path) -> None:
     """Every module of ``pytest_san.spi``, the agent and its emulator engine import on Python 3.9 from the
     bundle alone; every file of the bundle compiles there (the verbs engine imports pyverbs: it is compiled,
