@@ -1,6 +1,6 @@
 """Issue 27's planted bugs, written apart from the shipped corpus, are caught; its legal variants pass.
 
-Each module of ``tests/pytest_san/held_out`` wraps the emulator's provider the way an outside author's bug would
+Each module of ``tests/support/held_out_providers`` wraps the emulator's provider the way an outside author's bug would
 (``pytest_san_make_provider``). A bug is run with the conformance scenarios that should catch it, in a subprocess
 as an author runs the suite (``-p MODULE --san-report``), and must fail a rule its ``BREAKS`` names, in the
 scenario named here; the suite without the bug passes those scenarios (``test_correct_provider_passes_every_rule``),
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.pytest_san import held_out
+from tests.support import held_out_providers as held_out
 
 pytestmark = pytest.mark.whole_suite  # each case runs the suite in a subprocess: not in tox (tox.ini)
 

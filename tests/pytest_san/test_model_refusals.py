@@ -24,7 +24,7 @@ from pytest_san.mutants.wrapping import DelegatingProvider, Shared, entries
 from pytest_san.spi.contract import MAX_SGE, SanError, Status, WsaError
 from pytest_san.spi.emulator import EmulatorBackend
 from pytest_san.spi.protocols import Buffer, ModelBudget, Node
-from tests.pytest_san.held_out.single_entry_rdma_read import SingleEntryRdmaRead
+from tests.support.held_out_providers.single_entry_rdma_read import SingleEntryRdmaRead
 
 REFUSED = alternatives.REFUSED_AT_CALL
 ONE_BUFFER = alternatives.READ_ONE_BUFFER
