@@ -14,8 +14,33 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from ..deviations import Why
+from ..spi.contract import Completion, Status
+
+if TYPE_CHECKING:
+    from .reference import Model
+    from .state import Expect
+
+
+class Race(Protocol):
+    """An alternative in which the backend may end an operation on its own, racing the steps. The engine asks
+    about each operation ``waiting`` lists once it is ``after`` seconds old (each question is a round trip):
+    before every step, and again when a step's answer or checks disagree with the model. One that ``gave_up``
+    moves the model on as ``ended`` says."""
+
+    @property
+    def after(self) -> float: ...
+
+    def waiting(self, model: Model) -> list[tuple[int, int]]:
+        """(socket, op) of each operation that may end on its own now."""
+
+    def gave_up(self, completion: Completion) -> bool:
+        """Whether the operation, found done, ended on its own (rather than by a step)."""
+
+    def ended(self, model: Model, sock: int) -> Expect:
+        """The model moved on as the backend did; what it expects of that."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +55,7 @@ class Alternative:
     why: Why  # the kind of reason: by design, a kernel's bug, the spec's ambiguity
     reproducer: str | None = None  # the lab command that shows a kernel's behaviour (a kernel bug has one)
     unless: str | None = None  # a capability that deselects it (a backend with both answers as the emulator)
+    race: Race | None = None  # what the backend may do on its own, between the steps
 
     def applies(self, capabilities: frozenset[str]) -> bool:
         selected = self.capability is None or self.capability in capabilities
@@ -53,6 +79,26 @@ ERROR_ENDS_CONNECTION = "error-ends-connection"
 STATED_FIRST = "descriptor-checked-first"
 REFUSED_AT_CALL = "refused-at-the-call"
 
+
+
+@dataclasses.dataclass(frozen=True)
+class SendGivesUp:
+    """send-wait-bounded's race (rxe): a send waiting for the peer's receive may end CONNECTION_RESET on its own,
+    after about 2 s; younger than ``after`` seconds, it is not asked about."""
+
+    after: float = 1.0
+
+    def waiting(self, model: Model) -> list[tuple[int, int]]:
+        return model.waiting_sends()
+
+    def gave_up(self, completion: Completion) -> bool:
+        # Done and not delivered: a send the step itself let complete (a receive the peer posted) did not give up.
+        return completion.status != Status.SUCCESS
+
+    def ended(self, model: Model, sock: int) -> Expect:
+        return model.gave_up(sock)
+
+
 ALTERNATIVES: tuple[Alternative, ...] = (
     Alternative(RC_QUEUE_ORDER, "verbs",
                 "an RDMA transfer posted while a send of the same socket waits for the peer's receive",
@@ -69,7 +115,8 @@ ALTERNATIVES: tuple[Alternative, ...] = (
                 "operations complete ABORTED or CONNECTION_RESET",
                 "rxe (kernel 6.1) lets the retransmission timer run out during RNR retries, although rnr_retry is 7 "
                 "(retry forever); a real NIC waits", unless="iwarp",
-                rule="R14", why="kernel-bug", reproducer="san-hil lab reproduce rxe-send-wait-bounded"),
+                rule="R14", why="kernel-bug", reproducer="san-hil lab reproduce rxe-send-wait-bounded",
+                race=SendGivesUp()),
     Alternative(LOCAL_BREAK, "verbs",
                 "a transfer refused for its own local buffers (bad handle, access or bounds)",
                 "both ends go to error; the peer's pending operations complete ABORTED",
@@ -152,6 +199,12 @@ def active(capabilities: Iterable[str]) -> frozenset[str]:
     """The ids of the alternatives a backend with ``capabilities`` may take."""
     caps = frozenset(capabilities)
     return frozenset(alt.id for alt in ALTERNATIVES if alt.applies(caps))
+
+
+def races(ids: Iterable[str]) -> list[Race]:
+    """The races of the alternatives ``ids`` (a backend's active set)."""
+    chosen = set(ids)
+    return [alt.race for alt in ALTERNATIVES if alt.id in chosen and alt.race is not None]
 
 
 def markdown_table() -> list[str]:

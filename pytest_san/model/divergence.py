@@ -7,9 +7,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from .execute import Problem, Seen
+from .execute import Seen
+from .invariants import Problem
+from .kinds import kind_of
+from .naming import Namer
 from .state import Expect
-from .steps import Namer, Plan, Step, Transfer
+from .steps import Plan, Step
 
 
 @dataclasses.dataclass
@@ -58,7 +61,7 @@ def step_kind(step: Step | None) -> str:
 
 def answer(seen: Seen, step: Step, namer: Namer) -> str:
     """What a backend answered, e.g. "WSAEFAULT", "handle", "SUCCESS 16 bytes", "pending"."""
-    own = step.op if isinstance(step, Transfer) else None
+    own = kind_of(step).op(step)
     if seen.call == "operation":
         text = seen.done.get(own, "pending") if own is not None else "operation"
     else:
@@ -70,7 +73,7 @@ def answer(seen: Seen, step: Step, namer: Namer) -> str:
 def expected(exp: Expect, step: Step, namer: Namer) -> str:
     if exp.raises:
         return " or ".join(sorted(exp.raises))
-    own = step.op if isinstance(step, Transfer) else None
+    own = kind_of(step).op(step)
     def status(op: int) -> str:
         statuses, nbytes = exp.done[op]
         return " or ".join(sorted(s.name for s in statuses)) + (f" {nbytes} bytes" if nbytes else "")

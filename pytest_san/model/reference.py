@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..spi.contract import SO_MAX_RDMA_SIZE, SO_RDMA_THRESHOLD_SIZE, VALID_ACCESS, Status
 from . import alternatives as alt
+from .kinds import kind_of, register_call
 from .state import Expect, KeyValue, MReg, MSock, Traits
 from .steps import (
     Close,
@@ -26,7 +27,6 @@ from .steps import (
     Register,
     Scribble,
     Step,
-    Transfer,
     initial_bytes,
     pattern,
 )
@@ -69,29 +69,25 @@ class Model(TransferModel):
         may move it back: a refusal at the call the step allowed instead)."""
         self.exp = Expect()
         self._undo = None
-        if isinstance(step, Register):
-            self._register(step)
-        elif isinstance(step, Deregister):
-            self._deregister(step)
-        elif isinstance(step, Transfer):
-            self.transfer(step)
-        elif isinstance(step, Scribble):
-            pi, bi, off, n = step.view
-            self.data[pi, bi][off:off + n] = pattern(step.seed, n)
-            self.exp.touched.buffers.add((pi, bi))
-        elif isinstance(step, Close):
-            s = self.socks.get(step.sock)
-            if s is None:
-                self.exp.skip = "it names a socket no step of this sequence made"
-            else:
-                self._close(s)
-        elif isinstance(step, Getsockopt):
-            self._getsockopt(step)
-        else:
-            self._reconnect(step)
+        kind_of(step).apply(self, step)
         return self.exp
 
-    def _getsockopt(self, step: Getsockopt) -> None:
+    # -- each type of step's transition (kinds.py dispatches to them) ------------------------------
+
+    def scribble(self, step: Scribble) -> None:
+        """The application writes its own memory: nothing for the provider to say."""
+        pi, bi, off, n = step.view
+        self.data[pi, bi][off:off + n] = pattern(step.seed, n)
+        self.exp.touched.buffers.add((pi, bi))
+
+    def close(self, step: Close) -> None:
+        s = self.socks.get(step.sock)
+        if s is None:
+            self.exp.skip = "it names a socket no step of this sequence made"
+        else:
+            self._close(s)
+
+    def getsockopt(self, step: Getsockopt) -> None:
         """Not an open socket of that provider (closed by it, or its peer's provider asked): WSAENOTSOCK; then an
         option that is not one of the two ints: WSAEINVAL; else an integer. It changes nothing."""
         s = self.socks.get(step.sock)
@@ -104,7 +100,7 @@ class Model(TransferModel):
         else:
             self.exp.returns = "value"
 
-    def _register(self, step: Register) -> None:
+    def register(self, step: Register) -> None:
         ex = self.exp
         s = self.socks.get(step.sock)
         if s is None:
@@ -127,7 +123,7 @@ class Model(TransferModel):
         if step.kind == "rdma" and step.size is not None and step.size < self.traits.desc_size:
             faults.append("descriptor_size.small")  # the descriptor-size probe (R14)
         if faults:
-            ex.raises = self._refusal("register_memory" if step.kind == "memory" else "register_rdma_memory", faults)
+            ex.raises = self._refusal(register_call(step.kind), faults)
             return
         ex.returns = "handle" if step.kind == "memory" else "descriptor"
         same = s.same(step.kind, step.view, step.access)
@@ -169,7 +165,7 @@ class Model(TransferModel):
             self.regs[step.reg] = reg = other
         self.keys[step.reg] = key
 
-    def _deregister(self, step: Deregister) -> None:
+    def deregister(self, step: Deregister) -> None:
         ex = self.exp
         s = self.socks.get(step.sock)
         value = self.value(step.key)
@@ -225,7 +221,7 @@ class Model(TransferModel):
             reg.live = False
         s.regs.clear()
 
-    def _reconnect(self, step: Reconnect) -> None:
+    def reconnect(self, step: Reconnect) -> None:
         if any(i in self.socks for i in step.socks):
             self.exp.skip = "its sockets exist already"
             return

@@ -19,28 +19,23 @@ import ast
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..spi.contract import VALID_ACCESS, Access
-from .execute import Problem
+from ..spi.contract import Access
+from . import faults
+from .faults import transfer_faults
+from .invariants import Problem
+from .kinds import kind_of
 from .reference import Model
-from .state import KeyValue, MReg, MSock
-from .steps import Close, Deregister, Reconnect, Register, Step, Transfer
+from .state import KeyValue
+from .steps import Register, Step, Transfer
 
 MODEL_RULES = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R11", "R12", "R13", "R14")
 """The rules the model checks (CONTRACT.md section 3): the provider's; R9/R10 are the switch's, P1-P5 the
 proxy driver's, which the scenarios check."""
 
-ANSWERS = "R14"
+ANSWERS = faults.ANSWERS
 """An answer of the wrong kind (section 2's codes and statuses), and any divergence nothing else names."""
 
 R, W = int(Access.READ), int(Access.WRITE)
-
-# What a fault found at the call protects (pytest_san.spi.checks' ids, as the model names them).
-_CALL_FAULTS: dict[str, tuple[str, ...]] = {
-    "socket": ("R4",), "connected": ("R4",),
-    "buffer.owner": ("R1", "R5"), "entry.owner": ("R1", "R5"),
-}
-_RETURNED = ("handle", "descriptor", "operation", "done", "value")
-"""What a call that went through answered (execute.py's ``Seen.call``)."""
 
 
 def broken_rules(problem: Problem, steps: Sequence[Step], index: int | None, fresh: Callable[[], Model],
@@ -50,7 +45,7 @@ def broken_rules(problem: Problem, steps: Sequence[Step], index: int | None, fre
     backend returned) binds its registrations as the backend did."""
     category = problem.category
     step = steps[index] if index is not None and index < len(steps) else None
-    if category == "proxy" and (step is None or isinstance(step, Close | Reconnect)):
+    if category == "proxy" and _closing(step):
         return ("R11",)  # what a close leaves pinned: closing releases everything
     fixed = {"probe": ANSWERS, "crash": ANSWERS, "differ": ANSWERS, "pending": ANSWERS, "leaks": "R11",
              "proxy": "R12", "state": "R4"}
@@ -67,9 +62,14 @@ def broken_rules(problem: Problem, steps: Sequence[Step], index: int | None, fre
     elif category == "completion":
         found = _completion(problem.message, step, steps, lambda j: _before(fresh(), steps[:j], keys or {}))
     elif category == "bytes":
-        found = _faults(step, model) if isinstance(step, Transfer) else set()
+        found = kind_of(step).faults(step, model) if step is not None else set()
         found = found or {"R8"}
     return _ordered(found or {ANSWERS})
+
+
+def _closing(step: Step | None) -> bool:
+    """The sequence's end, or a step that closes sockets."""
+    return step is None or kind_of(step).closes
 
 
 def _ordered(rules: Iterable[str]) -> tuple[str, ...]:
@@ -123,7 +123,7 @@ def _registrations(message: str, step: Step | None) -> set[str]:
     message shows both as (kind, address, length, access, references) lists): more access than asked (R6, R7),
     other counts (R13), another range (R8), one a transfer made or another socket's (R1), one left by a close
     (R11)."""
-    closing = step is None or isinstance(step, Close | Reconnect)
+    closing = _closing(step)
     found = re.search(r"the provider has (\[.*\]), the model (\[.*\])$", message)
     try:
         real, want = (ast.literal_eval(found.group(i)) for i in (1, 2)) if found else ([], [])
@@ -154,36 +154,9 @@ def _registrations(message: str, step: Step | None) -> set[str]:
     return rules
 
 
-def _answered(message: str) -> str:
-    found = re.match(r"(?:answered )?([A-Za-z_]+)", message)
-    return found.group(1) if found else ""
-
-
 def _call(message: str, step: Step | None, model: Model) -> set[str]:
-    """A call answered otherwise than the model expected: went through where it must be refused (the rules of
-    its faults), or answered with the wrong error code, or refused where it must go through (R14)."""
-    answered = _answered(message)
-    went_through = answered in _RETURNED
-    if isinstance(step, Register):
-        faults = _register_faults(step, model)
-        if went_through:
-            return set().union(*(_CALL_FAULTS.get(f, (ANSWERS,)) for f in faults)) if faults else {ANSWERS}
-        s = model.socks.get(step.sock)
-        return {"R13"} if not faults and s is not None and s.same(step.kind, step.view, step.access) else {ANSWERS}
-    if isinstance(step, Deregister):  # unknown, another socket's, stale or in use: reference counts and marks
-        rules = {"R13"}
-        s = model.socks.get(step.sock)
-        if s is not None and s.state == "closed":
-            return {"R4"} if went_through else {ANSWERS}
-        if not went_through and "expected WSA" in message:  # refused, with another code
-            return {ANSWERS}
-        if went_through and s is not None:  # another socket's handle (R1), or a deregistered key (R3)
-            rules |= _foreign(s, "memory" if step.kind == "memory" else "rdma", model.value(step.key), model) - {"R2"}
-        return rules
-    if isinstance(step, Transfer) and went_through:
-        faults = _transfer_call_faults(step, model)
-        return set().union(*(_CALL_FAULTS.get(f, (ANSWERS,)) for f in faults)) if faults else {ANSWERS}
-    return {ANSWERS}
+    """A call answered otherwise than the model expected: the rules its step's type says (faults.py)."""
+    return kind_of(step).broken(message, step, model) if step is not None else {ANSWERS}
 
 
 def _completion(message: str, step: Step | None, steps: Sequence[Step], before: Callable[[int], Model]) -> set[str]:
@@ -198,102 +171,10 @@ def _completion(message: str, step: Step | None, steps: Sequence[Step], before: 
     if posted is not None and status in ("SUCCESS", "still") and "SUCCESS" not in expected:  # done or pending
         transfer = steps[posted]
         assert isinstance(transfer, Transfer)
-        return _faults(transfer, before(posted)) or {ANSWERS}
-    if step is None or isinstance(step, Close | Reconnect):
+        return transfer_faults(transfer, before(posted)) or {ANSWERS}
+    if _closing(step):
         if "ABORTED" in expected and "CONNECTION_RESET" not in expected:
             return {"R11"}  # pending operations of a closed socket complete ABORTED
         if "CONNECTION_RESET" in expected:
             return {"R4"}  # the peer's, when the other end went away
     return {ANSWERS}
-
-
-# -- why the model refuses a step -----------------------------------------------------------------------
-
-def _socket_faults(state: str) -> list[str]:
-    """What a socket in ``state`` faults first: a closed one is no socket, any other not connected."""
-    if state == "closed":
-        return ["socket"]
-    return [] if state == "connected" else ["connected"]
-
-def _register_faults(step: Register, model: Model) -> list[str]:
-    s = model.socks.get(step.sock)
-    if s is None:
-        return []
-    faults = _socket_faults(s.state)
-    if step.view[0] != s.proc:
-        faults.append("buffer.owner")
-    if step.shape != "range":
-        faults.append("buffer.mapped")
-    if step.access not in VALID_ACCESS:
-        faults.append("access")
-    if step.kind == "rdma" and step.size is not None and step.size < model.traits.desc_size:
-        faults.append("descriptor_size.small")
-    return faults
-
-
-def _transfer_call_faults(step: Transfer, model: Model) -> list[str]:
-    s = model.socks.get(step.sock)
-    if s is None:
-        return []
-    faults = _socket_faults(s.state)
-    if any(view[0] != s.proc for view, _ in step.entries):
-        faults.append("entry.owner")
-    desc = model.value(step.desc) if step.desc is not None else None
-    if step.kind.startswith("rdma") and isinstance(desc, bytes) and len(desc) != model.traits.desc_size:
-        faults.append("descriptor")
-    return faults
-
-
-def _faults(step: Transfer, model: Model) -> set[str]:
-    """The rules that refuse a transfer once posted: its local entries (R1, R3, R6, R7, R8) and, for RDMA, the
-    peer's window (R2, R3, R6, R7, R8)."""
-    s = model.socks.get(step.sock)
-    if s is None:
-        return set()
-    rules = {rule for f in _transfer_call_faults(step, model) for rule in _CALL_FAULTS.get(f, ())}
-    source = step.kind in ("rdma_write", "send")
-    for (pi, bi, off, n), key in step.entries:
-        value = model.value(key)
-        reg = s.live("memory", value) if value is not None else None
-        if reg is None:
-            rules |= _foreign(s, "memory", value, model) or {"R1"}  # unregistered memory moves nothing
-            continue
-        rpi, rbi, roff, rn = reg.view
-        if source and not reg.access & R:
-            rules.add("R7")
-        if not source and not reg.access & W:
-            rules.add("R6")
-        if (pi, bi) != (rpi, rbi) or off < roff or off + n > roff + rn:
-            rules.add("R8")
-    if step.kind.startswith("rdma") and s.peer is not None:
-        desc = model.value(step.desc) if step.desc is not None else None
-        win = s.peer.live("rdma", desc) if isinstance(desc, bytes) else None
-        if win is None:
-            rules |= _foreign(s.peer, "rdma", desc, model) or {"R2"}
-        else:
-            write = step.kind == "rdma_write"
-            if write and not win.access & W:
-                rules.add("R6")
-            if not write and not win.access & R:
-                rules.add("R7")
-            if step.offset < 0 or step.offset + sum(v[3] for v, _ in step.entries) > win.view[3]:
-                rules.add("R8")
-    return rules
-
-
-def _foreign(s: MSock, kind: str, value: object, model: Model) -> set[str]:
-    """Why ``value`` is not a live key of ``kind`` on ``s``: another socket's (R1 for a handle, R2 for a
-    descriptor), deregistered or closed (R3), or nothing at all (empty)."""
-    own = "R1" if kind == "memory" else "R2"
-    if value is None:
-        return set()
-    regs: list[MReg] = [r for r in model.regs.values() if r.kind == kind and type(r.key) is type(value)
-                        and r.key == value]
-    if not regs or any(r.live and r.sock is s for r in regs):  # junk, or live here (in use: R13 alone)
-        return set()
-    if any(r.live and r.sock is not s for r in regs):
-        return {own}
-    rules = {"R3"}
-    if any(r.sock is not s for r in regs):
-        rules.add(own)
-    return rules

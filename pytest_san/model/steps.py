@@ -9,9 +9,6 @@ may drop any of them: a step that names something no kept step made is skipped.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-
-from ..spi.contract import PAGE_SIZE, Access
 
 View = tuple[int, int, int, int]
 """(process, buffer, offset, length): a range of one of the run's buffers."""
@@ -135,65 +132,8 @@ def initial_bytes(proc: int, buf: int) -> bytes:
     return pattern(proc * 2 + buf, BUFFER_SIZES[buf])
 
 
-# -- rendering: numbered steps in SPI terms ------------------------------------------------------
+# -- rendering (a whole step: kinds.py, by naming.py's Namer) ----------------------------------
 
 def show_view(view: View) -> str:
     p, b, off, n = view
     return f"p{p}/b{b}[{off}:{off + n}]"
-
-
-def _access(value: int) -> str:
-    return str(Access(value).name) if value in (1, 2, 3) else f"access={value}"
-
-
-class Namer:
-    """Names keys by the step of the listing that made them ("handle#2": what step 2 returned)."""
-
-    def __init__(self, steps: Sequence[Step]) -> None:
-        self.made = {step.reg: i + 1 for i, step in enumerate(steps) if isinstance(step, Register)}
-        self.kinds = {step.reg: step.kind for step in steps if isinstance(step, Register)}
-        self.ops = {step.op: (i + 1, step.kind) for i, step in enumerate(steps) if isinstance(step, Transfer)}
-
-    def op(self, op: int) -> str:
-        """The pending operation a step made, by the step's number: "step 4's recv"."""
-        number, kind = self.ops.get(op, (0, "operation"))
-        return f"step {number}'s {kind}" if number else f"op#{op}"
-
-    def key(self, key: Key, kind: str) -> str:
-        if key.reg is None:
-            value = key.junk
-            if isinstance(value, bytes):
-                return f"junk descriptor {value.hex()}" if value else "junk descriptor (empty)"
-            return f"junk handle {value!r}"
-        noun = "descriptor" if self.kinds.get(key.reg, kind) == "rdma" else "handle"
-        name = f"{noun}#{self.made[key.reg]}" if key.reg in self.made else f"{noun} of a dropped step"
-        if key.cut > 0:
-            return f"{name} minus its last {key.cut} byte(s)"
-        return f"{name} plus {-key.cut} zero byte(s)" if key.cut < 0 else name
-
-    def step(self, step: Step) -> str:
-        if isinstance(step, Register):
-            call = "register_memory" if step.kind == "memory" else "register_rdma_memory"
-            p, b, off, _ = step.view
-            where = {"range": show_view(step.view), "empty": f"p{p}/b{b}[{off}:{off}] (empty)",
-                     "overrun": f"p{p}/b{b}[{off}:{PAGE_SIZE + 1}] (one byte past the buffer's last page)",
-                     "unmapped": f"p{p}: 16 unmapped bytes a page after b{b}"}[step.shape]
-            size = "" if step.size is None else f", descriptor_size={step.size}"
-            return f"s{step.sock} {call}({where}, {_access(step.access)}{size})"
-        if isinstance(step, Deregister):
-            call = "deregister_memory" if step.kind == "memory" else "deregister_rdma_memory"
-            return f"s{step.sock} {call}({self.key(step.key, step.kind)})"
-        if isinstance(step, Transfer):
-            items = ", ".join(f"{show_view(v)} {self.key(k, 'memory')}" for v, k in step.entries)
-            if step.desc is None:
-                return f"s{step.sock} {step.kind}([{items}])"
-            return f"s{step.sock} {step.kind}([{items}], {self.key(step.desc, 'rdma')}, offset {step.offset})"
-        if isinstance(step, Scribble):
-            return f"p{step.view[0]} writes {step.view[3]} bytes into {show_view(step.view)}"
-        if isinstance(step, Close):
-            return f"s{step.sock} close_socket()"
-        if isinstance(step, Getsockopt):
-            via = " through its peer's provider" if step.foreign else ""
-            return f"s{step.sock} getsockopt({step.option!r}){via}"
-        a, b = step.socks
-        return f"reconnect slot {step.slot}: close what is open of it, connect s{a} to s{b}"

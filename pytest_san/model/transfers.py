@@ -10,6 +10,7 @@ as an RC QP re-reads it on RNR retry. Where a backend takes a documented alterna
 from __future__ import annotations
 
 import copy
+from typing import TypeVar
 
 from ..spi import checks
 from ..spi.contract import MAX_SGE, Access, SanError, Status
@@ -19,6 +20,7 @@ from .steps import Transfer, View
 
 R, W = int(Access.READ), int(Access.WRITE)
 S = Status
+T = TypeVar("T", bound="TransferModel")
 BAD_ENTRY_CODES = frozenset({"WSAEFAULT", "WSAEINVAL"})
 """What a provider may raise at the call for a scatter entry it refuses (CONTRACT.md section 4)."""
 
@@ -70,12 +72,21 @@ class TransferModel:
             return False
         before, alternatives, op = undo
         refused = self.refused_at_call
-        vars(self).update(vars(before))  # in place: the generator and the side hold this model
+        self.restore(before)
         self.exp, self.refused_at_call = ex, refused
         refused[op] = code
         ex.raises, ex.returns, ex.done = frozenset({code}), "none", {}
         ex.alternatives = alternatives | why
         return True
+
+    def snapshot(self: T) -> T:
+        """A deep copy, to go back to (``restore``)."""
+        return copy.deepcopy(self)
+
+    def restore(self, before: TransferModel) -> None:
+        """Go back to ``before`` (a deep copy of this model made earlier), in place: the generator and the
+        engine hold this model."""
+        vars(self).update(vars(before))
 
     # -- helpers -------------------------------------------------------------------------------
 

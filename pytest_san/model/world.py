@@ -57,6 +57,10 @@ class World:
             return proc.buffer_at(base.address + off, -(-base.length // PAGE_SIZE) * PAGE_SIZE - off + 1)
         return proc.buffer_at(base.address + base.length + 4096, 16)  # inside the guard page after it
 
+    def address(self, view: View) -> int:
+        """Where ``view`` starts in its process's memory."""
+        return int(self.bufs[view[0]][view[1]].address) + view[2]
+
     def pair(self, slot: int) -> tuple[Process, Process]:
         """The processes connection slot ``slot`` joins."""
         a, b = self.plan.slots[slot]

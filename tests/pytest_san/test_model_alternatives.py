@@ -158,7 +158,7 @@ def test_a_give_up_seen_with_a_step_is_not_compared_with_the_other_backend() -> 
 
 
 def test_a_waiting_send_the_step_delivered_did_not_give_up() -> None:
-    """A send waiting longer than GIVE_UP_AFTER that completes SUCCESS because the step posted the peer's
+    """A send waiting longer than its race's ``after`` that completes SUCCESS because the step posted the peer's
     receive was delivered, not given up (send-wait-bounded): the model must not be rewound to a give-up.
 
     Found by CI's model on rxe 6.12 (differential, seed 1, sequence 54, did not reproduce on replay): at a
@@ -169,7 +169,8 @@ def test_a_waiting_send_the_step_delivered_did_not_give_up() -> None:
     import types
 
     from pytest_san import Completion
-    from pytest_san.model.execute import Side
+    from pytest_san.model import racing
+    from pytest_san.model.handles import Handles
     from pytest_san.model.steps import Key, Transfer
     from pytest_san.spi.contract import Status
 
@@ -191,13 +192,13 @@ def test_a_waiting_send_the_step_delivered_did_not_give_up() -> None:
     model.apply(Transfer(0, "send", (((0, 0, 0, 8), Key(reg=1)),), op=3))
     assert model.waiting_sends() == [(0, 3)]
     world = types.SimpleNamespace(backend=object())  # a backend without Batching: the looks are made in turn
-    side = Side("hil", world, Traits(alts=alts), full=False)  # type: ignore[arg-type]  # only its backend is used
-    side.posted = {3: time.monotonic() - 10}
+    handles = Handles(world)  # type: ignore[arg-type]  # only its backend is used
+    handles.posted = {3: time.monotonic() - 10}
     verdicts = {}
     for name, completion in (("pending", None), ("delivered", Completion(Status.SUCCESS, 8)),
                              ("gave up", Completion(Status.CONNECTION_RESET))):
-        side.ops = {3: Op(completion)}  # type: ignore[dict-item]
-        verdicts[name] = side._gave_up_meanwhile(model)
+        handles.ops = {3: Op(completion)}  # type: ignore[dict-item]
+        verdicts[name] = bool(racing.gave_up(handles, racing.old(alternatives.races(alts), model, handles)))
     assert verdicts == {"pending": False, "delivered": False, "gave up": True}
 
 

@@ -16,11 +16,12 @@ import pytest
 
 from pytest_san.model.execute import Side
 from pytest_san.model.generate import Generator
+from pytest_san.model.naming import Namer
 from pytest_san.model.regressions import REGRESSIONS
 from pytest_san.model.run import ModelRun
 from pytest_san.model.shrink import shrink
 from pytest_san.model.state import Traits
-from pytest_san.model.steps import Namer, Register, Transfer
+from pytest_san.model.steps import Register, Transfer
 from pytest_san.model.world import World
 from pytest_san.spi.checks import REFERENCE_ORDER
 from pytest_san.spi.emulator import EmulatorBackend
@@ -173,15 +174,15 @@ def test_a_state_read_with_the_step_is_read_again_before_it_counts(lies: str, mo
     regression "a receive with an unknown handle after a good one": s1 connected=True where its send had just
     completed CONNECTION_RESET). A check that fails on the step's own reads is made again with reads of its own:
     a state stale once passes, a state that stays wrong is still a divergence."""
-    import pytest_san.model.execute as execute
+    import pytest_san.model.handles as handles
 
     in_step = [False]
-    made = execute.Side._made
+    made = handles.Handles.make
 
-    def step_batch(side: Side, *args: Any) -> Any:
+    def step_batch(on: handles.Handles, *args: Any) -> Any:
         in_step[0] = True
         try:
-            return made(side, *args)
+            return made(on, *args)
         finally:
             in_step[0] = False
 
@@ -189,8 +190,8 @@ def test_a_state_read_with_the_step_is_read_again_before_it_counts(lies: str, mo
         wrong = lies == "always" or in_step[0]  # "once": only the read made with the step
         return bool(socket.connected) != (wrong and not socket.closed)
 
-    monkeypatch.setattr(execute.Side, "_made", step_batch)
-    monkeypatch.setattr(execute, "is_connected", is_connected)
+    monkeypatch.setattr(handles.Handles, "make", step_batch)
+    monkeypatch.setattr(handles, "is_connected", is_connected)
     summary = ModelRun(EmulatorBackend(2), ModelBudget(sequences=3, steps=10, seed=11, full_checks=False),
                        log=_quiet).run()
     if lies == "once":

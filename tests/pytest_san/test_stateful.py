@@ -30,8 +30,9 @@ from pytest_san.model.alternatives import active
 from pytest_san.model.divergence import answer, expected
 from pytest_san.model.execute import Seen, Side
 from pytest_san.model.generate import Generator
+from pytest_san.model.naming import Namer
 from pytest_san.model.state import Traits
-from pytest_san.model.steps import Namer, Step
+from pytest_san.model.steps import Step
 from pytest_san.model.world import World
 from pytest_san.spi.emulator import EmulatorBackend
 
