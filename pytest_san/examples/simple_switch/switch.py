@@ -40,7 +40,6 @@ class SimpleConnection:
 
     def __init__(self, switch: SimpleSwitch, a: Process, b: Process, *, rdma_threshold: int | None,
                  rdma_mode: str, message_size: int, message_count: int) -> None:
-        self.switch = switch
         self.rdma_mode = rdma_mode
         self.message_size = message_size
         self.message_count = message_count
