@@ -19,6 +19,7 @@ from hil.controller.client import AgentError
 from hil.inventory import HostConfig
 from hil.transport import SshTransport, TransportError
 from pytest_san import Access, Connection, Switch
+from tests.support import readme
 from tests.support.sshd import SshServer, free_port, is_running, wait_until, write_keypair
 
 HERE = Path(__file__).resolve().parent
@@ -84,9 +85,10 @@ def test_suite_over_ssh_passes_the_same_rules_as_in_process(pytester: pytest.Pyt
 
 def test_downstream_file_over_ssh(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
     inv = inventory(pytester.path / "lab.json", lab_host)
-    pytester.makepyfile(test_downstream=(TESTS / "support" / "downstream_example.py").read_text())
+    pytester.makepyfile(test_downstream=(TESTS / "support" / "downstream_example.py").read_text(),
+                        test_readme=readme.example())
     result = pytester.runpytest_subprocess("--san-backend=hil", f"--san-inventory={inv}")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=2)  # the README's example and the downstream project's own test
 
 
 def test_the_report_names_each_hosts_kernel(pytester: pytest.Pytester, lab_host: HostConfig) -> None:
