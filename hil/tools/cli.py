@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hil.tools.mutants import add_mutants_command
 
     add_mutants_command(commands)
+    from hil.tools.run import add_run_command
+
+    add_run_command(commands)
     from hil.tools.kernel_matrix import add_matrix_command
 
     add_matrix_command(commands)

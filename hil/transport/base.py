@@ -124,6 +124,23 @@ class Channel(ABC):
         self._scanned = 0
         return data
 
+    def read_chunk(self, timeout: float) -> bytes | None:
+        """What stdout sent that was not read yet, as it comes (no line framing: a live stream of output);
+        waits up to ``timeout`` s for some. ``b""`` at EOF, None if nothing came in time."""
+        if not self._buffer and not self._eof:
+            try:
+                chunk = self._chunks.get(timeout=max(0.0, timeout))
+            except queue.Empty:
+                return None
+            if chunk:
+                self._buffer += chunk
+            else:
+                self._eof = True
+        data = bytes(self._buffer)
+        self._buffer.clear()
+        self._scanned = 0
+        return data
+
     def _pull(self, deadline: float, late: str) -> None:
         """Add the next chunk of stdout to the buffer (or note EOF); past ``deadline``, fail saying ``late``."""
         remaining = deadline - time.monotonic()
@@ -507,6 +524,12 @@ class Transport(ABC):
             if found.state == "bad":
                 self._discard(ops, path, found.why)
         return posixpath.join(tmp, f"{base}-{secrets.token_hex(4)}"), _Found("missing")
+
+    def fetch(self, path: str, limit: int = 1 << 30) -> bytes | None:
+        """The content of the file ``path`` on the host (at most ``limit`` bytes); None if there is none."""
+        self._check_open()
+        with self._file_ops() as ops, self._step("read", path):
+            return ops.read(path, limit)
 
     def close(self) -> None:
         """End every spawned command, then the connection. Idempotent."""

@@ -1,0 +1,84 @@
+"""The inventory as the run host sees the lab: itself ``local://``, its peers at their lab addresses.
+
+The user's inventory says how the user's machine reaches each host (a forwarded port of a VM, a jump host, a key
+of the user's). On the run host, the host itself is ``ansible_connection: local`` (its agent a child of the
+remote pytest, no SSH), and a peer is reached at its address on the lab's own network where the inventory gives
+one (``san_lab_address``, port 22), else at the address the inventory gives. A key file or known-hosts file the
+host does not have is left out, so the host's own SSH setup (``~/.ssh``) applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hil.inventory import HostConfig, Inventory, InventoryError
+from hil.inventory.model import DEFAULT_PORT
+from hil.inventory.writer import host_vars
+
+__all__ = ["LabView", "lab_view"]
+
+LAB_SSH_PORT = 22  # a peer's sshd on the lab network (what `san-hil lab` guests listen on)
+
+
+@dataclass(frozen=True)
+class LabView:
+    """The rewritten inventory: its text (JSON, which the YAML reader reads too) and what was changed, to log."""
+
+    text: str
+    notes: tuple[str, ...]
+
+
+def find_host(inventory: Inventory, name: str) -> HostConfig:
+    """The host ``name`` of ``inventory``: InventoryError naming its hosts when there is none."""
+    host = inventory.hosts.get(name)
+    if host is None:
+        known = ", ".join(inventory.hosts) or "none"
+        raise InventoryError(f"{inventory.path}: no host named {name!r} (its hosts: {known})")
+    return host
+
+
+def lab_view(inventory: Inventory, on: str, exists_on_host: Callable[[str], bool]) -> LabView:
+    """``inventory`` as seen from its host ``on``; ``exists_on_host(path)``: whether the run host has that file."""
+    notes: list[str] = []
+    rewritten: dict[str, HostConfig] = {}
+    for name, host in inventory.hosts.items():
+        if name == on:
+            rewritten[name] = dataclasses.replace(host, connection="local", host=name, port=DEFAULT_PORT,
+                                                  user=None, key_file=None, known_hosts=None)
+            continue
+        if host.connection == "local":
+            raise InventoryError(f"{inventory.path}: host {name!r} is local (ansible_connection: local), the "
+                                 f"user's own machine, which {on!r} cannot reach: leave it out of the inventory")
+        address, port = host.host, host.port
+        lab_address = host.extra.get("san_lab_address")
+        if isinstance(lab_address, str) and lab_address:
+            address, port = lab_address.split("/", 1)[0], LAB_SSH_PORT
+            notes.append(f"{name}: reached from {on} at its lab address {address}:{port}")
+        peer = dataclasses.replace(host, host=address, port=port)
+        if host.key_file is not None and not exists_on_host(str(host.key_file)):
+            peer = dataclasses.replace(peer, key_file=None)
+            notes.append(f"{name}: {host.key_file} is not on {on}: its own SSH keys (~/.ssh) are used instead")
+        if host.known_hosts is not None and not exists_on_host(str(host.known_hosts)):
+            peer = dataclasses.replace(peer, known_hosts=None)
+            notes.append(f"{name}: {host.known_hosts} is not on {on}: its own known_hosts is used instead")
+        rewritten[name] = peer
+    return LabView(json.dumps(_data(inventory, rewritten), indent=2) + "\n", tuple(notes))
+
+
+def _data(inventory: Inventory, hosts: dict[str, HostConfig]) -> dict[str, object]:
+    """Every group of ``inventory`` with its hosts, each host's variables written once (under its first group)."""
+    written: set[str] = set()
+    children: dict[str, object] = {}
+    for group, members in inventory.groups.items():
+        if group == "all":
+            continue
+        entries: dict[str, object] = {}
+        for name in members:
+            entries[name] = {} if name in written else host_vars(hosts[name])
+            written.add(name)
+        children[group] = {"hosts": entries}
+    ungrouped = {name: host_vars(host) for name, host in hosts.items() if name not in written}
+    return {"all": {"hosts": ungrouped, "children": children} if ungrouped else {"children": children}}
