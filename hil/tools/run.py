@@ -8,6 +8,7 @@ hop (docs/remote-run.md).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -38,7 +39,12 @@ def _run(args: argparse.Namespace) -> int:
         request = RunRequest(args.on, inventory, arguments, mutants=args.mutants, requirements=tuple(args.with_),
                              color=sys.stdout.isatty(), cache=Path(args.wheel_cache) if args.wheel_cache else None,
                              env=env)
-        return run_remote(request).status
+        outcome = run_remote(request)
+        if args.timings:
+            Path(args.timings).write_text(json.dumps({"status": outcome.status, "timings": outcome.timings,
+                                                      "wheelhouse": outcome.wheelhouse,
+                                                      "venv_made": outcome.venv_made}, indent=2) + "\n")
+        return outcome.status
     except RunError as exc:
         print(f"san-hil run: {exc}", file=sys.stderr)
         return 1
@@ -59,4 +65,7 @@ def add_run_command(commands: Any) -> None:
                              "dependency; repeatable)")
     parser.add_argument("--wheel-cache", default=None, metavar="DIR",
                         help="where wheelhouses are kept (default: ~/.cache/pytest-san/wheelhouses)")
+    parser.add_argument("--timings", default=None, metavar="PATH",
+                        help="write what each step took (seconds), and whether the wheelhouse was built and the venv "
+                             "made, to this JSON file (benchmarks/remote.py reads it)")
     parser.set_defaults(run=_run, accepts_extra_args=True, parser=parser)
