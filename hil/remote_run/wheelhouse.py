@@ -261,7 +261,9 @@ def _wanted_distributions(requirements: Sequence[str]) -> Iterator[importlib.met
     from packaging.requirements import Requirement  # pytest's own dependency
 
     pending = [Requirement(r) for r in _distribution().requires or []]
-    pending = [r for r in pending if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in EXTRAS)]
+    pending = [r for r in pending if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in ("", *EXTRAS))]
+    for requirement in pending:
+        requirement.marker = None  # chosen: pytest-san's own and its extras' (evaluated here, for this Python)
     pending += [Requirement(r) for r in [*requirements, "pip"]]
     seen: set[str] = set()
     while pending:

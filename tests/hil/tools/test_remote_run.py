@@ -4,6 +4,7 @@ OpenSSH server on 127.0.0.1), its reports brought back; and what it refuses, on 
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import signal
@@ -206,7 +207,6 @@ def test_arguments_name_the_files_to_push_and_the_reports_to_bring_back(tmp_path
 
 
 def test_the_reports_land_where_they_were_asked_for_and_nowhere_else(tmp_path: Path) -> None:
-    import io
     import tarfile
 
     [report] = read_arguments(["--html", "out/r.html"], tmp_path).reports
@@ -277,3 +277,22 @@ def test_the_benchmark_puts_local_and_remote_side_by_side(lab: Path, wheel_cache
     assert all("1 passed" in summary for summary in result["summaries"].values()), out
     assert "wheelhouse" in result["one_off"]["timings"] and "venv" in result["one_off"]["timings"], out
     assert "remote at 20 ms / local at 0 ms" in out
+
+
+def test_without_an_index_the_installed_distributions_make_the_wheelhouse(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip download failing (no index reachable), a host of this machine's kind gets wheels zipped from what is
+    installed here: pytest-san's dependencies and its hil extra's, and pip."""
+    import zipfile
+
+    from hil.remote_run import wheelhouse
+
+    monkeypatch.setattr(wheelhouse, "_pip_download", lambda *args: "no index reachable")
+    built = wheelhouse.build_wheelhouse(HostPython.here(), [], tmp_path)
+    assert built.how.startswith("this controller's own site-packages (pip download failed: no index reachable")
+    names = {name.split("-")[0].lower() for name in built.wheels}
+    assert {"pytest_san", "pytest", "pluggy", "paramiko", "pyyaml", "pip"} <= names, names
+    for name, data in built.wheels.items():
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            assert any(n.endswith(".dist-info/RECORD") for n in archive.namelist()), name
+    assert wheelhouse.build_wheelhouse(HostPython.here(), [], tmp_path).how.startswith("cached in")
