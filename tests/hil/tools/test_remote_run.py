@@ -91,11 +91,9 @@ def test_the_readme_example_runs_on_a_lab_host_and_its_reports_come_back(lab: Pa
     (lab / "tests").mkdir()
     (lab / "tests" / "test_readme.py").write_text(readme.example())
     (lab / "tests" / "test_downstream.py").write_text((TESTS / "support" / "downstream_example.py").read_text())
-    started = time.monotonic()
     status, out, err = finished(san_hil(lab, "run", "--on", "leaseA", "--inventory", "lab.json", "--wheel-cache",
                                         str(wheel_cache), "--", "tests", "--junitxml=out/junit.xml",
                                         "--san-report", "out/report.json"))
-    first = time.monotonic() - started
     assert status == 0, out + err
     assert "2 passed" in out, out + err
     assert "reports:" in err, err
@@ -103,14 +101,12 @@ def test_the_readme_example_runs_on_a_lab_host_and_its_reports_come_back(lab: Pa
     assert suite is not None and suite.get("tests") == "2" and suite.get("failures") == "0"
     report = json.loads((lab / "out" / "report.json").read_text())
     assert report["backend"] == "hil" and len(report["tests"]) == 2
-    assert "made" in err and "reports:" in err
+    assert ("made" in err or "reused" in err) and "reports:" in err  # made by this test or an earlier one
     # The second run reuses the wheelhouse and the venv: nothing is built.
-    started = time.monotonic()
     status, out, err = finished(san_hil(lab, "run", "--on", "leaseA", "--inventory", "lab.json", "--wheel-cache",
                                         str(wheel_cache), "--", "tests/test_readme.py", "-q"))
     assert status == 0 and "1 passed" in out, out + err
     assert "cached in" in err and "reused" in err and "made" not in err, err
-    assert time.monotonic() - started < first
 
 
 def test_the_exit_status_is_pytests(lab: Path, wheel_cache: Path) -> None:
@@ -296,3 +292,30 @@ def test_without_an_index_the_installed_distributions_make_the_wheelhouse(
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             assert any(n.endswith(".dist-info/RECORD") for n in archive.namelist()), name
     assert wheelhouse.build_wheelhouse(HostPython.here(), [], tmp_path).how.startswith("cached in")
+
+
+def test_the_watchdog_stops_the_command_when_the_heartbeats_stop(tmp_path: Path) -> None:
+    """A connection dropped without a word: stdin stays open but silent; after 6 missed heartbeats the watchdog
+    stops the command's whole process group and removes the working directory."""
+    (tmp_path / "files").mkdir()
+    pid_file = tmp_path / "child.pid"
+    child = ("import os, subprocess, sys, time; "
+             "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+             f"open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{grandchild.pid}}'); time.sleep(120)")
+    spec = {"files": str(tmp_path / "files"), "tmp": str(tmp_path), "argv": [sys.executable, "-c", child],
+            "collect": [], "nonce": "\x1etest", "heartbeat": 0.5, "env": {}}
+    watchdog = TESTS.parent / "hil" / "remote_run" / "host" / "watchdog.py"
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, str(watchdog), json.dumps(spec)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE)
+    try:
+        assert process.wait(60) == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+        assert process.stdin is not None
+        process.stdin.close()
+    assert time.monotonic() - started < 30
+    for pid in map(int, pid_file.read_text().split()):
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert not list(tmp_path.glob("pytest-san-work-*"))
