@@ -3,6 +3,7 @@ OpenSSH server on 127.0.0.1), its reports brought back; and what it refuses, on 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
@@ -319,3 +320,55 @@ def test_the_watchdog_stops_the_command_when_the_heartbeats_stop(tmp_path: Path)
     for pid in map(int, pid_file.read_text().split()):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
     assert not list(tmp_path.glob("pytest-san-work-*"))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
+def test_a_venv_build_that_is_stopped_leaves_no_half_written_venv(tmp_path: Path, stop: signal.Signals) -> None:
+    """Stopped (TERM: Ctrl-C over SSH), the build removes its partial directory; killed outright, it cannot, and
+    the next build removes it. Neither leaves anything at the venv's name. (The wheelhouse's pip is a stand-in
+    that hangs.)"""
+    wheels = tmp_path / "wheels"
+    (wheels / "pip-0-py3-none-any.whl" / "pip").mkdir(parents=True)
+    (wheels / "pip-0-py3-none-any.whl" / "pip" / "__main__.py").write_text(
+        f"import os, time\nopen({str(tmp_path / 'pips')!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+        "print('installing', flush=True)\ntime.sleep(120)\n")
+    venv = tmp_path / "pytest-san-venv-u0-abc"
+    make_venv = TESTS.parent / "hil" / "remote_run" / "host" / "make_venv.py"
+
+    def build() -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, str(make_venv), str(wheels), str(venv), "abc"], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    process = build()
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "installing" in line:
+                break
+        assert list(tmp_path.glob("pytest-san-venv-u0-abc.partial-*"))
+        process.send_signal(stop)
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    left = list(tmp_path.glob("pytest-san-venv-u0-abc.partial-*"))
+    assert not venv.exists()
+    if stop == signal.SIGTERM:
+        assert left == []
+        return
+    assert left, "a killed build leaves its partial directory"
+    # Its pid is gone: the next build removes it before making its own.
+    process = build()
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "installing" in line:
+                break
+        assert [p.name for p in tmp_path.glob("pytest-san-venv-u0-abc.partial-*")] == [
+            f"pytest-san-venv-u0-abc.partial-{process.pid}"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+        for pid in map(int, (tmp_path / "pips").read_text().split()):  # the killed build's pip outlived it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
