@@ -372,3 +372,15 @@ def test_a_venv_build_that_is_stopped_leaves_no_half_written_venv(tmp_path: Path
         for pid in map(int, (tmp_path / "pips").read_text().split()):  # the killed build's pip outlived it
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_san_hil_mutants_runs_on_the_lab_host_and_its_out_directory_comes_back(lab: Path, wheel_cache: Path) -> None:
+    """``--mutants``: `san-hil mutants --inventory <the rewritten one>` on the host, one entry on the scenarios
+    of the rule it breaks; its --out directory comes back whole."""
+    status, out, err = finished(san_hil(lab, "run", "--on", "leaseA", "--inventory", "lab.json", "--wheel-cache",
+                                        str(wheel_cache), "--mutants", "--", "--only", "read_descriptor_writable",
+                                        "--focus", "--jobs", "1", "--out", "found"))
+    assert status == 0, out + err
+    result = json.loads((lab / "found" / "mutants.json").read_text())
+    assert result["mutants"]["read_descriptor_writable"]["verdict"] == "caught", result
+    assert (lab / "found" / "read_descriptor_writable.log").is_file()
