@@ -3,7 +3,7 @@
 Against a running lab (``san-hil lab up --hosts 2 --inventory-out /tmp/lab.yaml``)::
 
     python benchmarks/remote.py --inventory /tmp/lab.yaml --on lab1 [--delay-ms 20] [--rounds 3] [--cold]
-        [--json out.json] [--check] [-- PYTEST ARGS]
+        [--send-keys] [--json out.json] [--check] [-- PYTEST ARGS]
 
 PYTEST ARGS default to the issue's sample: ``--pyargs pytest_san.scenarios --san-sample 4 --san-model-sequences 0``.
 Each round runs, one after the other (alternated, so that a slower minute of a loaded machine falls on all three):
@@ -154,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                             "wheelhouse cache, the host's venvs removed")
     parser.add_argument("--wheel-cache", type=Path, default=None, help="san-hil run's wheelhouse cache (default: "
                                                                        "its own; --cold: a fresh one)")
+    parser.add_argument("--send-keys", action="store_true", help="san-hil run --send-keys (a san-hil lab's guests "
+                                                                  "have no keys to each other)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--check", action="store_true", help="exit 1 when the goal is missed")
     args = parser.parse_args(ours)
@@ -172,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              *passed]
     remote = [sys.executable, "-m", "hil.tools.cli", "run", "--on", args.on, "--inventory", str(relayed),
               "--timings", str(work / "timings.json"), *(["--wheel-cache", str(cache)] if cache else []),
+              *(["--send-keys"] if args.send_keys else []),
               "--", *passed]
     try:
         if args.cold:

@@ -12,6 +12,7 @@ group (INT, TERM, KILL), so its agents, and their leases, go with it, and remove
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import sys
@@ -50,6 +51,7 @@ class RunRequest:
     color: bool = False  # the user's terminal shows colour: ask pytest for it
     cache: Path | None = None  # the wheelhouse cache (default: ~/.cache/pytest-san/wheelhouses)
     env: dict[str, str] = field(default_factory=dict)  # set for the command on the host
+    send_keys: bool = False  # the peers' key files go with the run (lab_view.KEYS_DIR)
 
 
 @dataclass
@@ -93,7 +95,7 @@ def run_remote(request: RunRequest, out: BinaryIO | None = None, progress: Progr
         outcome.venv_made = venv.made
         progress(f"{'made' if venv.made else 'reused'} {venv.path} in {outcome.timings['venv']:.1f} s")
         with clock("push"):
-            view = lab_view(inventory, request.on, _exists_on(transport))
+            view = lab_view(inventory, request.on, _exists_on(transport), send_keys=request.send_keys)
             for note in view.notes:
                 progress(note)
             files = {**request.arguments.files, INVENTORY_NAME: view.text.encode(),
@@ -110,7 +112,8 @@ def run_remote(request: RunRequest, out: BinaryIO | None = None, progress: Progr
                          else "the command wrote none of the reports it was asked for")
 
         with clock("run"):
-            outcome.status = _run(transport, host.python_argv, request, venv.python, pushed, stream, fetch_reports)
+            outcome.status = _run(transport, host.python_argv, request, venv.python, pushed, stream, fetch_reports,
+                                  view.secrets)
     return outcome
 
 
@@ -171,14 +174,17 @@ def _command(request: RunRequest, python: str) -> list[str]:
 
 
 def _run(transport: Transport, python: list[str], request: RunRequest, venv_python: str, pushed: str,
-         out: BinaryIO, fetch_reports: Callable[[str], None]) -> int:
+         out: BinaryIO, fetch_reports: Callable[[str], None], keys: dict[str, bytes]) -> int:
     """Run the command under the watchdog, streaming its output to ``out``; once it has ended, ``fetch_reports``
     gets the path of the host's tar of reports (before the watchdog, told we are done, removes it). Its status."""
     nonce = secrets.token_hex(8)
     spec = {"files": pushed, "tmp": pushed.rsplit("/", 1)[0], "argv": _command(request, venv_python),
             "collect": [r.slot for r in request.arguments.reports], "nonce": f"{RECORD_SEPARATOR}{nonce}",
-            "heartbeat": HEARTBEAT, "env": request.env}
+            "heartbeat": HEARTBEAT, "env": request.env, "secrets": bool(keys)}
     channel = transport.spawn([*python, f"{pushed}/watchdog.py", json.dumps(spec)])
+    if keys:  # on stdin, never on a command line or in a pushed directory
+        encoded = {path: base64.b64encode(data).decode() for path, data in keys.items()}
+        channel.write(json.dumps(encoded).encode() + b"\n")
     stop = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(channel, stop), name="san-hil run heartbeat", daemon=True)
     beat.start()

@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace) -> int:
         env = {"PYTEST_ADDOPTS": os.environ["PYTEST_ADDOPTS"]} if os.environ.get("PYTEST_ADDOPTS") else {}
         request = RunRequest(args.on, inventory, arguments, mutants=args.mutants, requirements=tuple(args.with_),
                              color=sys.stdout.isatty(), cache=Path(args.wheel_cache) if args.wheel_cache else None,
-                             env=env)
+                             env=env, send_keys=args.send_keys)
         outcome = run_remote(request)
         if args.timings:
             Path(args.timings).write_text(json.dumps({"status": outcome.status, "timings": outcome.timings,
@@ -63,6 +63,11 @@ def add_run_command(commands: Any) -> None:
     parser.add_argument("--with", dest="with_", action="append", default=[], metavar="REQUIREMENT",
                         help="also install this distribution in the host's venv (a downstream project's own "
                              "dependency; repeatable)")
+    parser.add_argument("--send-keys", action="store_true",
+                        help="send the inventory's key files for the host's peers with the run (on its stdin, into "
+                             "its working directory, mode 0600, removed when it ends), and pin the peers' host keys "
+                             "at their addresses as the host sees them: for a lab whose hosts have no keys to each "
+                             "other (san-hil lab's guests)")
     parser.add_argument("--wheel-cache", default=None, metavar="DIR",
                         help="where wheelhouses are kept (default: ~/.cache/pytest-san/wheelhouses)")
     parser.add_argument("--timings", default=None, metavar="PATH",

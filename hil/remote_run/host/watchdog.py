@@ -4,7 +4,8 @@
 
 SPEC: ``files`` (the pushed directory: copied into a fresh working directory under ``tmp``), ``argv`` (run there,
 stdout and stderr to ours: the channel), ``collect`` (paths, relative to the working directory, packed into a tar
-once it ends), ``nonce`` and ``heartbeat`` (seconds). The controller writes a byte at least every ``heartbeat``
+once it ends), ``nonce``, ``heartbeat`` (seconds) and ``secrets`` (true: the first line on stdin holds files for
+the working directory alone, the peers' SSH keys). The controller writes a byte at least every ``heartbeat``
 s; EOF on stdin (Ctrl-C, a killed or lost controller: sshd closes the channel), silence for 6 heartbeats (a
 connection dropped without a word) or TERM, HUP, INT stop the command: INT to its group (pytest's own
 interrupt: fixtures torn down, agents and leases gone), then TERM, then KILL. Once the command ends its status
@@ -13,6 +14,7 @@ follows on a line ``<nonce> <status> <tar>``; the working directory is removed w
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -27,7 +29,8 @@ import time
 
 STOP_STEPS = ((signal.SIGINT, 4.0), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0))
 MISSED_HEARTBEATS = 6
-STATUS_WAIT = 600.0  # seconds the controller gets to fetch the reports once the command has ended
+STATUS_WAIT = 600.0
+SECRETS_LIMIT = 1 << 20  # seconds the controller gets to fetch the reports once the command has ended
 
 _signalled: list[int] = []
 
@@ -66,6 +69,26 @@ def _alive(last: list[float], heartbeat: float, timeout: float) -> bool:
     return not _signalled and time.monotonic() - last[0] < heartbeat * MISSED_HEARTBEATS
 
 
+def _receive_secrets(work: str) -> None:
+    """The first line on stdin: {relative path: base64} of files only this run may read (the peers' SSH keys),
+    written with mode 0600 in the working directory, which is removed with the run."""
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 1)
+        if not chunk or len(line) > SECRETS_LIMIT:
+            raise SystemExit("the controller went away before sending the run's keys")
+        line += chunk
+    for path, data in json.loads(line).items():
+        parts = path.split("/")
+        if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise SystemExit(f"refusing to write {path!r} outside the working directory")
+        where = os.path.join(work, *parts)
+        os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
+        descriptor = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(base64.b64decode(data))
+
+
 def _pack(work: str, collect: list[str]) -> str:
     where = os.path.join(work, ".san-reports.tar")
     with tarfile.open(where, "w") as tar:
@@ -85,6 +108,8 @@ def main(argv: list[str]) -> int:
     try:
         shutil.copytree(spec["files"], work, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns(".complete", "watchdog.py"))
+        if spec.get("secrets"):
+            _receive_secrets(work)
         for path in spec["collect"]:
             os.makedirs(os.path.join(work, path), exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", **spec.get("env", {}))

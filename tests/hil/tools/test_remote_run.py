@@ -384,3 +384,33 @@ def test_san_hil_mutants_runs_on_the_lab_host_and_its_out_directory_comes_back(l
     result = json.loads((lab / "found" / "mutants.json").read_text())
     assert result["mutants"]["read_descriptor_writable"]["verdict"] == "caught", result
     assert (lab / "found" / "read_descriptor_writable.log").is_file()
+
+
+def test_send_keys_gives_the_run_its_peers_keys_and_takes_them_away(lab: Path, wheel_cache: Path,
+                                                                      remote_tmp: Path) -> None:
+    """--send-keys: the peer (leaseB) is reached with the key sent on the watchdog's stdin and the host key pinned
+    at the peer's address as the host sees it; nothing of either stays on the host."""
+    (lab / "test_readme.py").write_text(readme.example())
+    status, out, err = finished(san_hil(lab, "run", "--on", "leaseA", "--inventory", "lab.json", "--wheel-cache",
+                                        str(wheel_cache), "--send-keys", "--", "test_readme.py", "-q",
+                                        "--san-report=report.json"))
+    assert status == 0 and "1 passed" in out, out + err
+    assert "key files and host keys go with the run" in err
+    assert not list(remote_tmp.rglob(".san-keys")), "the keys went with the working directory"
+    assert not list(remote_tmp.rglob("*.key"))
+
+
+def test_sent_keys_are_pinned_at_the_address_the_host_sees(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("PRIVATE")
+    known = tmp_path / "known_hosts"
+    known.write_text("[127.0.0.1]:10023 ssh-ed25519 "
+                     "AAAAC3NzaC1lZDI1NTE5AAAAIMZ9Ehm1pRg0yRKMtsDg0Bl2Udu7eYx3u7xdm4F3N6Yk\n")
+    hosts = [HostConfig(name=n, host="127.0.0.1", port=port, user="root", key_file=key, known_hosts=known,
+                        engine="verbs", extra={"san_lab_address": address})
+             for n, port, address in (("lab1", 10022, "10.77.0.1/24"), ("lab2", 10023, "10.77.0.2/24"))]
+    inventory = load_inventory(write_inventory(tmp_path / "lab.json", hosts))
+    view = lab_view(inventory, "lab1", lambda path: True, send_keys=True)
+    assert view.secrets[".san-keys/lab2.key"] == b"PRIVATE"
+    assert view.secrets[".san-keys/known_hosts"].decode().startswith("10.77.0.2 ssh-ed25519 AAAAC3")
+    assert "PRIVATE" not in view.text and '"ansible_ssh_private_key_file": ".san-keys/lab2.key"' in view.text
