@@ -29,13 +29,14 @@ from hil.remote_run.lab_view import find_host, lab_view
 from hil.remote_run.reports import bring_back
 from hil.remote_run.venv import HOST_SCRIPTS, ensure_venv
 from hil.remote_run.wheelhouse import PROBE, HostPython, build_wheelhouse
-from hil.transport import Channel, Transport, open_transport
+from hil.transport import Channel, Transport, TransportError, open_transport
 
 __all__ = ["RunOutcome", "RunRequest", "run_remote"]
 
 HEARTBEAT = 5.0  # seconds between the controller's heartbeats (the watchdog gives up after 6 missed)
 STOP_GRACE = 15.0  # seconds the watchdog gets to stop the command (INT 4 s, TERM 2 s, KILL) once stdin ends
 PROBE_TIMEOUT = 60.0
+INTERRUPT = b"\x03"  # written to the watchdog's stdin: Ctrl-C (host/watchdog.py)
 RECORD_SEPARATOR = "\x1e"  # starts the watchdog's status line: a byte pytest's output never holds
 
 
@@ -188,13 +189,30 @@ def _run(transport: Transport, python: list[str], request: RunRequest, venv_pyth
     stop = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(channel, stop), name="san-hil run heartbeat", daemon=True)
     beat.start()
+    marker = f"{RECORD_SEPARATOR}{nonce} ".encode()
     try:
-        status, tar_path = _stream(channel, f"{RECORD_SEPARATOR}{nonce} ".encode(), out)
+        try:
+            status, tar_path = _stream(channel, marker, out)
+        except KeyboardInterrupt:
+            _interrupt(channel, marker, out, fetch_reports)
+            raise
         fetch_reports(tar_path)
         return status
     finally:
         stop.set()
         channel.close(grace=STOP_GRACE)  # EOF: the watchdog stops what still runs and removes its directory
+
+
+def _interrupt(channel: Channel, marker: bytes, out: BinaryIO, fetch_reports: Callable[[str], None]) -> None:
+    """Ctrl-C: the watchdog interrupts the command (pytest's own KeyboardInterrupt: fixtures torn down, its summary
+    printed, its reports written); what it prints is shown and its reports brought back, within STOP_GRACE s. A
+    second Ctrl-C, or no answer, and the channel is closed at once (the watchdog then stops what is left)."""
+    try:
+        channel.write(INTERRUPT)
+        _, tar_path = _stream(channel, marker, out, deadline=time.monotonic() + STOP_GRACE)
+        fetch_reports(tar_path)
+    except (TransportError, RunError):
+        pass
 
 
 def _heartbeat(channel: Channel, stop: threading.Event) -> None:
@@ -205,10 +223,13 @@ def _heartbeat(channel: Channel, stop: threading.Event) -> None:
             return
 
 
-def _stream(channel: Channel, marker: bytes, out: BinaryIO) -> tuple[int, str]:
+def _stream(channel: Channel, marker: bytes, out: BinaryIO, deadline: float | None = None) -> tuple[int, str]:
     """Copy the command's output to ``out`` as it comes, up to the watchdog's status line: (status, tar path)."""
     pending = b""
     while True:
+        if deadline is not None and time.monotonic() > deadline:
+            out.write(pending)
+            raise RunError(f"{channel.host}: the remote run did not stop in time")
         chunk = channel.read_chunk(0.5)
         if chunk is None:
             continue

@@ -7,7 +7,8 @@ stdout and stderr to ours: the channel), ``collect`` (paths, relative to the wor
 once it ends), ``nonce``, ``heartbeat`` (seconds) and ``secrets`` (true: the first line on stdin holds files for
 the working directory alone, the peers' SSH keys). The controller writes a byte at least every ``heartbeat``
 s; EOF on stdin (Ctrl-C, a killed or lost controller: sshd closes the channel), silence for 6 heartbeats (a
-connection dropped without a word) or TERM, HUP, INT stop the command: INT to its group (pytest's own
+connection dropped without a word) or TERM, HUP, INT stop the command, and so does a ``\\x03`` on stdin
+(Ctrl-C on the controller's side: the status line and the reports still follow): INT to its group (pytest's own
 interrupt: fixtures torn down, agents and leases gone), then TERM, then KILL. Once the command ends its status
 follows on a line ``<nonce> <status> <tar>``; the working directory is removed when stdin ends.
 """
@@ -29,8 +30,9 @@ import time
 
 STOP_STEPS = ((signal.SIGINT, 4.0), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0))
 MISSED_HEARTBEATS = 6
-STATUS_WAIT = 600.0
-SECRETS_LIMIT = 1 << 20  # seconds the controller gets to fetch the reports once the command has ended
+STATUS_WAIT = 600.0  # seconds the controller gets to fetch the reports once the command has ended
+SECRETS_LIMIT = 1 << 20
+INTERRUPT = b"\x03"  # on stdin: the controller's Ctrl-C
 
 _signalled: list[int] = []
 
@@ -54,19 +56,25 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
             time.sleep(0.05)
 
 
-def _alive(last: list[float], heartbeat: float, timeout: float) -> bool:
-    """Wait up to ``timeout`` s on stdin: False on EOF, on a signal or on missed heartbeats."""
+def _alive(last: list[float], heartbeat: float, timeout: float) -> str:
+    """Wait up to ``timeout`` s on stdin: ``gone`` on EOF, on a signal or on missed heartbeats, ``interrupt`` when
+    the controller asks for one (Ctrl-C on its side), else ``ok``."""
     if _signalled:
-        return False
+        return "gone"
     try:
         ready, _, _ = select.select([0], [], [], timeout)
     except InterruptedError:
-        return not _signalled
+        return "gone" if _signalled else "ok"
     if ready:
-        if not os.read(0, 4096):
-            return False
+        data = os.read(0, 4096)
+        if not data:
+            return "gone"
         last[0] = time.monotonic()
-    return not _signalled and time.monotonic() - last[0] < heartbeat * MISSED_HEARTBEATS
+        if INTERRUPT in data:
+            return "interrupt"
+    if _signalled or time.monotonic() - last[0] >= heartbeat * MISSED_HEARTBEATS:
+        return "gone"
+    return "ok"
 
 
 def _receive_secrets(work: str) -> None:
@@ -118,16 +126,19 @@ def main(argv: list[str]) -> int:
                                  start_new_session=True, env=env)
         last = [time.monotonic()]
         while child.poll() is None:
-            if not _alive(last, heartbeat, 0.5):
+            state = _alive(last, heartbeat, 0.5)
+            if state == "gone":
                 _stop(child)
                 return 1
+            if state == "interrupt":  # stopped, then its status and reports as for any end
+                _stop(child)
         _stop(child)  # anything it left behind in its group
         status = child.returncode if child.returncode >= 0 else 128 - child.returncode
         tar = _pack(work, spec["collect"])
         sys.stdout.write(f"\n{spec['nonce']} {status} {tar}\n")
         sys.stdout.flush()
         deadline = time.monotonic() + STATUS_WAIT
-        while time.monotonic() < deadline and _alive(last, heartbeat, 0.5):
+        while time.monotonic() < deadline and _alive(last, heartbeat, 0.5) != "gone":
             pass
         return status
     finally:

@@ -148,6 +148,9 @@ def test_ctrl_c_or_a_killed_san_hil_leaves_no_process_and_no_lease_on_the_host(
             process.kill()
     assert process.stderr is not None
     assert ended == status, process.stderr.read()
+    reader.join(30)
+    if stop == signal.SIGINT:  # pytest's own interrupt, its summary shown
+        assert "KeyboardInterrupt" in "".join(seen), "".join(seen)
     deadline = time.monotonic() + 30
     while (remote_processes(remote_tmp) or leases_held(remote_tmp)) and time.monotonic() < deadline:
         time.sleep(0.2)
