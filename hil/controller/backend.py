@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, cast
 from hil.agent.kmsg import console_trouble
 from hil.controller.client import AgentClient, Outcome
 from hil.controller.connecting import connect
-from hil.controller.declared import collected, remote, remote_waves
+from hil.controller.declared import collected, remote_waves
 from hil.controller.engine import RemoteEngine
 from hil.controller.errors import AgentError, BackendBroken
 from hil.controller.kernel import KernelLog
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
-from hil.controller.observed import SPAWN_TIMEOUT, RemoteObserved
+from hil.controller.observed import RemoteObserved, spawn_observed
 from hil.controller.remote import RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
 from hil.controller.together import make_together
 from hil.controller.workarounds import applied_on
@@ -222,12 +222,11 @@ class HilBackend:
         """A batch's calls made together, one round trip per host and wave (pytest_san.batch.Batching)."""
         return make_together(calls)
 
-    @remote
     def spawn_observed(self, node: Node, program: str) -> RemoteObserved:
         """A process running ``program`` on ``node``'s host, under observation (pytest_san.observed.Observing)."""
         if not isinstance(node, RemoteNode):
             raise TypeError(f"spawn_observed takes a node of this backend, got {node!r:.80}")
-        return node.session.obj(node._call("spawn_observed", program, timeout=SPAWN_TIMEOUT), RemoteObserved)
+        return spawn_observed(node, program)
 
     def leaks(self) -> list[Leak]:
         """What every agent still holds, all asked at once (one round trip). An agent that answers with an error

@@ -91,10 +91,9 @@ def test_every_public_method_of_every_stand_in_is_declared(cls: type) -> None:
     assert any(bodies)  # a stand-in asks its agent something
 
 
-def test_the_backends_own_remote_methods_are_declared_entries_too() -> None:
-    for method in (HilBackend.connect_sockets, HilBackend.spawn_observed):
-        body = body_of(method)
-        assert body is not None and WAYS[body] is HilBackend
+def test_connect_sockets_is_one_more_declared_entry() -> None:
+    body = body_of(HilBackend.connect_sockets)
+    assert body is not None and WAYS[body] is HilBackend
 
 
 def test_a_method_left_undeclared_is_an_error_at_import() -> None:
@@ -250,14 +249,3 @@ def test_a_reset_that_fails_on_one_host_keeps_the_other_hosts_readings() -> None
         backend.reset()
     assert [[m for _, m, _ in agent.client.written] for agent in agents] == [["reset", "kernel_readings"]] * 3
     assert backend.kernel_log._pending == {"lab1": [{"at": "a test"}], "lab2": [{"at": "a test"}], "lab3": []}
-
-
-def test_spawn_observed_asks_the_node_and_gives_its_stand_in() -> None:
-    from hil.controller.observed import RemoteObserved
-    from hil.controller.remote import RemoteNode
-
-    session, client = _session(lambda obj, method, args: {"$o": 40, "type": "observed"})
-    node = RemoteNode(session, 5, "n0", {"$o": 6, "type": "provider"}, {"$o": 8, "type": "proxy"})
-    observed = HilBackend.__new__(HilBackend).spawn_observed(node, "rsockets")
-    assert client.written == [(5, "spawn_observed", ["rsockets"])]
-    assert isinstance(observed, RemoteObserved) and observed.oid == 40
