@@ -89,6 +89,7 @@ class Agent:
         self.kernel_release = hello.get("kernel")  # the host's uname -r
         witness = hello.get("kernel_witness")  # the verbs engine reads the kernel's RDMA resource tracking
         self.witness: dict[str, Any] | None = witness if isinstance(witness, dict) else None
+        self.readings: list[dict[str, Any]] = []  # the witness's readings, as the end-of-test batch brought them
         self.workarounds = hello.get("workarounds")  # the kernel workarounds the engine applies on this host
         self.proxy = hello.get("proxy")  # which proxy driver runs there: the kernel module or the stand-in
 
@@ -143,9 +144,12 @@ def _ending(b: Batch, agent: Agent) -> tuple[Later[None], Later[Any] | None]:
 
 
 def _read(agent: Agent, readings: Later[Any] | None) -> None:
-    """Say so when the kernel witness's readings were lost (those it brought are ``remote_engine.readings``)."""
-    if readings is not None and readings.error is not None:
+    if readings is None:
+        return
+    if readings.error is not None:
         log.warning("%s: the kernel witness's readings were lost: %s", agent.client.where, readings.error)
+    elif isinstance(readings.value, list):
+        agent.readings += readings.value
 
 
 @collected
@@ -291,13 +295,10 @@ class HilBackend:
                 errors += [error for _, error in agent.session.deferred_errors]
                 agent.session.deferred_errors.clear()
                 agent.session.deferred = agent.session.ahead = None
-                self._take_readings(agent)
+                self.kernel_log.add(agent.host.name, agent.readings)
+                agent.readings = []
             self._replace_dead()
         return leaks, errors
-
-    def _take_readings(self, agent: Agent) -> None:
-        self.kernel_log.add(agent.host.name, agent.remote_engine.readings)
-        agent.remote_engine.readings = []
 
     def _ask_ahead(self, agents: Sequence[Agent]) -> None:
         """What closing reads (every pending operation's completion, every socket's state, every process's
@@ -361,14 +362,12 @@ class HilBackend:
     def reset(self) -> None:
         """Every agent reset, hosts at once (one round trip); the first reset's error raised after them."""
         self._replace_dead()
-        try:
-            with batch(self) as b:
-                ended = [(agent, *_ending(b, agent)) for agent in self.agents]
-        finally:
-            for agent in self.agents:
-                self._take_readings(agent)
+        with batch(self) as b:
+            ended = [(agent, *_ending(b, agent)) for agent in self.agents]
         for agent, _, readings in ended:
             _read(agent, readings)
+            self.kernel_log.add(agent.host.name, agent.readings)
+            agent.readings = []
         raise_first([reset for _, reset, _ in ended])
 
     def close(self) -> None:

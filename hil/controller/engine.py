@@ -15,9 +15,6 @@ class RemoteEngine(Remote):
     def __init__(self, session: Session, oid: int, nodes: list[RemoteNode]) -> None:
         super().__init__(session, oid)
         self._nodes = nodes
-        # What kernel_readings brought, until the backend takes it: kept here, so that a batch that fails on
-        # another host (and so gives no outcomes) loses none of this host's readings.
-        self.readings: list[Any] = []
 
     @property
     @local
@@ -69,8 +66,5 @@ class RemoteEngine(Remote):
 
     @remote
     def kernel_readings(self) -> Any:
-        """The kernel witness's readings since the previous reset (added to ``readings``)."""
-        readings = self._call("kernel_readings")
-        if isinstance(readings, list):
-            self.readings += readings
-        return readings
+        """The kernel witness's readings since the previous reset."""
+        return self._call("kernel_readings")
