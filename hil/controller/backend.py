@@ -99,8 +99,7 @@ class Agent:
         return self.witness is not None and not self.witness.get("unavailable")
 
     def call(self, method: str, *args: object) -> Any:
-        """A method of the agent's engine by name, for tools and tests: its answer as the agent sent it (decoded
-        JSON: arbitrary). The harness's own are ``remote_engine``'s declared methods."""
+        """A method of the agent's engine: its answer as the agent sent it (decoded JSON: arbitrary)."""
         return self.session.call(self.engine, method, *args)
 
     def close(self) -> None:
@@ -395,7 +394,7 @@ class RemoteFaults:
 
     def fail_allocations(self, node: Node, count: int, after: int = 0) -> None:
         mine = self._node(node, "fail_allocations")
-        self._backend.agent_of(mine).remote_engine.faults("fail_allocations", mine, count, after)
+        self._backend.agent_of(mine).call("faults", "fail_allocations", mine, count, after)
 
     def drop_link(self, a: Node, b: Node) -> None:
         self._link("drop_link", a, b)
@@ -409,15 +408,15 @@ class RemoteFaults:
             # Each emulator agent is a SAN of its own: no connection joins two hosts (connect_sockets
             # refuses), so a link between them carries nothing to drop or restore.
             return
-        self._backend.agent_of(node_a).remote_engine.faults(name, node_a, node_b)
+        self._backend.agent_of(node_a).call("faults", name, node_a, node_b)
 
     def hold(self, socket: Socket) -> None:
         mine = self._socket(socket, "hold")
-        self._backend.agent_of(mine).remote_engine.faults("hold", mine)
+        self._backend.agent_of(mine).call("faults", "hold", mine)
 
     def release(self, socket: Socket) -> None:
         mine = self._socket(socket, "release")
-        self._backend.agent_of(mine).remote_engine.faults("release", mine)
+        self._backend.agent_of(mine).call("faults", "release", mine)
 
 
 # mypy checks the backend and its faults against the protocols they implement (no runtime cost).

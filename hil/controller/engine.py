@@ -55,11 +55,6 @@ class RemoteEngine(Remote):
         self.session.forget_unpinned()
 
     @remote
-    def faults(self, name: str, *args: object) -> None:
-        """Fault injection (capability ``"faults"``): ``name`` with its arguments (``RemoteFaults``)."""
-        self._call("faults", name, *args)
-
-    @remote
     def kernel_reading(self, at: str) -> Any:
         """The kernel witness's reading of the host's RDMA objects now, named ``at``."""
         return self._call("kernel_reading", at)
