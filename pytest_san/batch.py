@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, ParamSpec, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Generic, NamedTuple, ParamSpec, Protocol, TypeGuard, TypeVar, cast, runtime_checkable
 
 from .spi.contract import Completion
 from .spi.protocols import PendingOperation, Process, Socket
@@ -52,7 +52,7 @@ def is_done(op: PendingOperation) -> bool:
     return op.done()
 
 
-def wait_for(op: PendingOperation, timeout: float | None = 10.0, after: object = None) -> Completion:
+def wait_for(op: PendingOperation, timeout: float | None, after: object = None) -> Completion:
     """``op.wait(timeout)``, as a function for the same reason as ``is_done``. ``after``: an earlier call's
     ``Later.ref`` this wait depends on, though it waits for another operation: when that call failed, this one
     is not made (a receive's completion is not waited for when the send that would complete it was refused)."""
@@ -97,7 +97,7 @@ class _Unmade(Exception):
     """A call named a failed one (internal: carries that call's exception)."""
 
     def __init__(self, exc: Exception) -> None:
-        super().__init__(str(exc))
+        super().__init__()
         self.exc = exc
 
 
@@ -155,7 +155,7 @@ class Batch:
     """Calls added with ``call`` and made together (see the module's docstring); a context manager."""
 
     def __init__(self, backend: object) -> None:
-        self._maker = cast(Batching, backend) if _batches(type(backend), backend) else None
+        self._maker = backend if _batches(backend) else None
         self.calls: list[Call] = []
         self.outcomes: list[Outcome | None] = []
         self.made = False
@@ -195,16 +195,8 @@ class Batch:
             self.make()
 
 
-_BATCHING: dict[type, bool] = {}
-"""Whether a backend type has ``Batching``: asked once per type (a runtime protocol's isinstance is slow, and the
-model's checks make a batch after every step)."""
-
-
-def _batches(kind: type, backend: object) -> bool:
-    known = _BATCHING.get(kind)
-    if known is None:
-        known = _BATCHING[kind] = isinstance(backend, Batching)
-    return known
+def _batches(backend: object) -> TypeGuard[Batching]:
+    return isinstance(backend, Batching)
 
 
 def batch(backend: object) -> Batch:
@@ -281,8 +273,10 @@ def resolve(value: object, outcomes: Sequence[Outcome | None]) -> object:
     if not named(value):
         return value  # the very object: a call made together gets what it would get alone
     if type(value) is list:
-        return [resolve(v, outcomes) for v in cast(list[object], value)]
-    return tuple(resolve(v, outcomes) for v in cast(tuple[object, ...], value))
+        return [resolve(v, outcomes) for v in value]
+    if type(value) is tuple:
+        return tuple(resolve(v, outcomes) for v in value)
+    return value  # unreached: only a Ref, a list or a tuple names a call
 
 
 _NESTED = (Ref, list, tuple)
@@ -305,7 +299,7 @@ def _make(call: Call, outcomes: Sequence[Outcome | None]) -> Outcome:
 def made_one_by_one(calls: Sequence[Call]) -> list[Outcome]:
     """Each call made in turn, its outcome kept (a failure does not stop the ones after it, except those that
     name it)."""
-    outcomes: list[Outcome | None] = []
+    outcomes: list[Outcome] = []
     for call in calls:
         outcomes.append(_make(call, outcomes))
-    return cast(list[Outcome], outcomes)
+    return outcomes
