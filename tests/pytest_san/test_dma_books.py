@@ -14,8 +14,8 @@ from pytest_san import SanError, WsaError
 from pytest_san.spi.contract import DeviceDescription
 from pytest_san.spi.dma import CommonBuffer, DmaAdapterBooks, check_description
 
-FIELDS: dict[str, Any] = {"version": 0, "maximum_length": 4096, "interface_type": 5, "master": True, "scatter_gather": True,
-          "dma32": False, "dma64": True}
+FIELDS: dict[str, Any] = {"version": 0, "maximum_length": 4096, "interface_type": 5, "master": True,
+                          "scatter_gather": True, "dma32": False, "dma64": True}
 
 
 class Books(DmaAdapterBooks):
