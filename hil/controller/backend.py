@@ -10,21 +10,20 @@ from typing import TYPE_CHECKING, Any, cast
 
 from hil.agent.kmsg import console_trouble
 from hil.controller.client import AgentClient, Outcome
-from hil.controller.connecting import connect_many
+from hil.controller.connecting import connect
+from hil.controller.declared import collected, remote_waves
+from hil.controller.engine import RemoteEngine
 from hil.controller.errors import AgentError, BackendBroken
 from hil.controller.kernel import KernelLog
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
 from hil.controller.observed import RemoteObserved, spawn_observed
-from hil.controller.remote import Remote, RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
+from hil.controller.remote import RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
 from hil.controller.together import make_together
 from hil.controller.workarounds import applied_on
 from hil.inventory import HostConfig
 from hil.rpc.codec import referenced
 from hil.transport import Transport, open_transport
-
-if TYPE_CHECKING:
-    from hil.rpc.codec import Encoded
-from pytest_san.batch import Batching
+from pytest_san.batch import Batch, Batching, Later, batch, is_alive, is_closed, is_done, raise_first, values
 from pytest_san.batch import Call as BatchCall
 from pytest_san.deviations import Deviation
 from pytest_san.spi.contract import Leak
@@ -79,6 +78,7 @@ class Agent:
         self.capabilities = frozenset(hello["capabilities"])
         self.nodes = [self.session.obj(n["node"], RemoteNode, n["name"], n["provider"], n["proxy"])
                       for n in hello["nodes"]]
+        self.remote_engine = RemoteEngine(self.session, self.engine, self.nodes)
         if self.wrap is not None:  # pytest_san_make_provider / _make_proxy, on the controller's stand-ins
             wrap_provider, wrap_proxy = self.wrap
             for node in self.nodes:
@@ -101,72 +101,6 @@ class Agent:
     def call(self, method: str, *args: object) -> Any:
         """A method of the agent's engine: its answer as the agent sent it (decoded JSON: arbitrary)."""
         return self.session.call(self.engine, method, *args)
-
-    def reset(self) -> None:
-        """A live agent's reset (HilBackend.reset replaces a dead one, leasing its host again)."""
-        self.send_reset([])
-        self.collect_reset(0)
-
-    def send_reset(self, before: list[tuple[int, str, list[Encoded]]]) -> None:
-        """Write ``before``, the reset and the questions for each node's new default process (what a
-        reset keeps or replaces), with whatever calls are queued first, and last the kernel witness's
-        readings since the previous reset: pipelined, read by ``collect_reset``."""
-        log.debug("%s: reset", self.client.where)
-        after: list[tuple[int, str, list[Encoded]]] = [(n.oid, "default_process", []) for n in self.nodes]
-        if self.witnessed:
-            after.append((self.engine, "kernel_readings", []))
-        self.session.send_many([*before, (self.engine, "reset", []), *after])
-
-    def collect_reset(self, before: int) -> list[Outcome]:
-        """The outcomes of the ``before`` requests of ``send_reset``; the reset's error, if any, raised
-        (the session forgets what the agent forgot either way)."""
-        outcomes = self.session.collect()
-        ours = outcomes[before:]
-        self.session.forget_unpinned()
-        if self.witnessed:
-            ok, readings = ours.pop()
-            if ok and isinstance(readings, list):
-                self.readings += readings
-            elif not ok:
-                log.warning("%s: the kernel witness's readings were lost: %s", self.client.where, readings)
-        ok, error = ours[0]
-        if not ok:
-            raise error
-        for node, (ok, ref) in zip(self.nodes, ours[1:], strict=True):
-            if ok:
-                node.default_process_from(ref)
-        return outcomes[:before]
-
-    def prefetch(self) -> None:
-        """Ask, pipelined, what closing connections asks one by one (every pending operation's completion,
-        every socket's state, every process's liveness): the stand-ins answer from these until the reset.
-        A question whose answer changes meanwhile (an operation completes) is answered as it was; closing
-        then leaves a registration to close_socket, which releases it (R11), so nothing leaks unseen."""
-        asked: list[tuple[Remote, str]] = []
-        for obj in self.session.objects():
-            if isinstance(obj, RemoteOperation) and obj.pending:
-                asked.append((obj, "wait"))
-            elif isinstance(obj, RemoteSocket):
-                asked.append((obj, "state"))
-            elif isinstance(obj, RemoteProcess):
-                asked.append((obj, "alive"))
-        if not asked:
-            return
-        requests: list[tuple[int, str, list[Encoded]]] = [
-            (obj.oid, method, [0] if method == "wait" else []) for obj, method in asked]
-        if self.witnessed:  # the kernel's record while the test's sockets are open: the balance (in this trip)
-            requests.append((self.engine, "kernel_reading", ["before the test's cleanup"]))
-        outcomes = self.session.call_many(requests)
-        if self.witnessed:
-            ok, value = outcomes.pop()
-            if not ok:
-                log.warning("%s: the kernel witness could not read: %s", self.client.where, value)
-        for (obj, method), (ok, value) in zip(asked, outcomes, strict=True):
-            if method == "wait" and isinstance(obj, RemoteOperation):
-                if obj.waited((ok, value)):
-                    self.session.known[obj.oid, "done"] = False
-            elif ok:
-                self.session.known[obj.oid, method] = value
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -198,35 +132,26 @@ def _console_trouble(host: HostConfig) -> str:
     return "".join(f"\n  {line}" for line in ["its console shows:", *lines]) if lines else ""
 
 
-def _ask_leaks(agents: Sequence[Agent], send: Callable[[Agent, list[tuple[int, str, list[Encoded]]]], None],
-               collect: Callable[[Agent], list[Outcome]]) -> list[Leak]:
-    """Every agent's leaks, asked at once: ``send(agent, [the question])`` to each, then ``collect(agent)`` its
-    outcomes, the question's first. An agent that cannot be asked or answers with an error leaves the others
-    asked and read; the first such failure is raised after them."""
-    failure: Exception | None = None
-    sent: list[Agent] = []
-    for agent in agents:
-        try:
-            send(agent, [(agent.engine, "leaks", [])])
-            sent.append(agent)
-        except Exception as exc:  # gone: the others are still asked
-            failure = failure or exc
-    found: list[Leak] = []
-    for agent in sent:
-        try:
-            [(ok, value)] = collect(agent)
-        except Exception as exc:  # a dead agent: the others are still read, then this is raised
-            failure = failure or exc
-            continue
-        if not ok:
-            failure = failure or value
-            continue
-        found += [Leak(node, kind, detail) for node, kind, detail in value]
-    if failure is not None:
-        raise failure
-    return found
+def _ending(b: Batch, agent: Agent) -> tuple[Later[None], Later[Any] | None]:
+    """``agent``'s reset in ``b``, with the questions for each node's new default process (what a reset keeps or
+    replaces) and last the kernel witness's readings since the previous reset: (the reset, the readings)."""
+    log.debug("%s: reset", agent.client.where)
+    reset = b.call(agent.remote_engine.reset)
+    for node in agent.nodes:
+        b.call(node.default_after_reset)  # one that fails is asked again when it is wanted
+    return reset, b.call(agent.remote_engine.kernel_readings) if agent.witnessed else None
 
 
+def _read(agent: Agent, readings: Later[Any] | None) -> None:
+    if readings is None:
+        return
+    if readings.error is not None:
+        log.warning("%s: the kernel witness's readings were lost: %s", agent.client.where, readings.error)
+    elif isinstance(readings.value, list):
+        agent.readings += readings.value
+
+
+@collected
 class HilBackend:
     """Nodes served by agents on the selected hosts; every call crosses the agent protocol."""
 
@@ -290,28 +215,14 @@ class HilBackend:
                 return agent
         raise ValueError(f"{thing!r:.80} is not an object of this hil backend")
 
+    @remote_waves
     def connect_sockets(self, a: Process, b: Process) -> tuple[RemoteSocket, RemoteSocket]:
-        [(ok, value)] = self.connect_many([(a, b)])
-        if not ok:
-            raise value
-        return cast("tuple[RemoteSocket, RemoteSocket]", value)
-
-    def connect_many(self, pairs: Sequence[tuple[Process, Process]]) -> list[Outcome]:
-        """A connected socket pair for each (a, b), each its own outcome, in two round trips at most: every
-        host's listens in one write, then every host's connects (hil/controller/connecting.py)."""
-        remote: list[tuple[RemoteProcess, RemoteProcess]] = []
-        for a, b in pairs:
-            if not isinstance(a, RemoteProcess) or not isinstance(b, RemoteProcess):
-                raise TypeError(f"connect_sockets takes processes of this backend, got {a!r} and {b!r}")
-            remote.append((a, b))
-        return connect_many(self.agent_of, remote)
+        # hil/controller/connecting.py: made together, every host's listens in one write, then every host's
+        # connects, however many pairs.
+        return connect(self.agent_of, a, b)
 
     def make_together(self, calls: Sequence[BatchCall]) -> list[Outcome]:
-        """A batch's calls made together, one round trip per host (pytest_san.batch.Batching); a batch of
-        ``connect_sockets`` calls in two."""
-        if calls and all(call.fn == self.connect_sockets and len(call.args) == 2 and not call.kwargs
-                         for call in calls):
-            return self.connect_many([(call.args[0], call.args[1]) for call in calls])
+        """A batch's calls made together, one round trip per host and wave (pytest_san.batch.Batching)."""
         return make_together(calls)
 
     def spawn_observed(self, node: Node, program: str) -> RemoteObserved:
@@ -321,9 +232,11 @@ class HilBackend:
         return spawn_observed(node, program)
 
     def leaks(self) -> list[Leak]:
-        """What every agent still holds, all asked at once (one round trip)."""
-        return self._oopsed(_ask_leaks(self.agents, lambda agent, ask: agent.session.send_many(ask),
-                                       lambda agent: agent.session.collect()))
+        """What every agent still holds, all asked at once (one round trip). An agent that answers with an error
+        leaves the others asked and read; the first such failure is raised after them."""
+        with batch(self) as b:
+            asked = [b.call(agent.remote_engine.leaks) for agent in self.agents]
+        return self._oopsed([leak for leaks in values(asked) for leak in leaks])
 
     def _oopsed(self, found: list[Leak]) -> list[Leak]:
         """``found`` without what a host's kernel log showed (kind "oops": an oops, BUG, warning or panic in its
@@ -346,44 +259,68 @@ class HilBackend:
         """The end of a test: ``close()`` (the switch closing what the test left), the leak check and the
         reset, in at most two round trips per host (one without ``close``), every step still done in order.
 
-        Before ``close`` the agents are asked, pipelined, what closing asks (``Agent.prefetch``); during it,
-        the calls whose answer nobody reads (deregistrations, close_socket, a relayed peer close) are queued;
-        then each agent gets them, ``leaks``, ``reset`` and its nodes' ``default_process`` in one pipelined
-        write, all hosts at once. Returns (the leaks, the errors: of ``close`` itself and of each queued
-        call, in order). An agent that fails raises AgentError after every host was reset (a dead agent
+        Before ``close`` the agents are asked together what closing reads (``_ask_ahead``); during it, the calls
+        whose answer nobody reads (deregistrations, close_socket: ``@remote_void``) join the batch that ends the
+        test, with every host's ``leaks``, ``reset`` and its nodes' ``default_process`` (a relayed peer close goes
+        ahead of them). Returns (the leaks, the errors: of ``close`` itself, of each call it deferred and of each
+        relay, in order). An agent that fails raises AgentError after every host was reset (a dead agent
         replaced), as ``leaks()`` and ``reset()`` do.
         """
         errors: list[Exception] = []
         live = [a for a in self.agents if not a.client.dead]
+        ended: list[tuple[Agent, Later[list[Leak]], Later[None], Later[Any] | None]] = []
         try:
-            if close is not None:
-                for agent in live:
-                    agent.prefetch()
-                for agent in live:
-                    agent.session.deferring = True
-                try:
-                    close()
-                except Exception as exc:  # the test's own failure stays the test's; this is the harness's
-                    errors.append(exc)
-                finally:
+            with batch(self) as b:
+                if close is not None:
+                    self._ask_ahead(live)
                     for agent in live:
-                        agent.session.deferring = False
-
-            def collect(agent: Agent) -> list[Outcome]:
-                try:
-                    return agent.collect_reset(1)
-                finally:
-                    errors.extend(error for _, error in agent.session.deferred_errors)
-                    agent.session.deferred_errors.clear()
-
-            leaks = self._oopsed(_ask_leaks(live, Agent.send_reset, collect))
+                        agent.session.deferred = b
+                    try:
+                        close()
+                    except Exception as exc:  # the test's own failure stays the test's; this is the harness's
+                        errors.append(exc)
+                    finally:
+                        for agent in live:
+                            agent.session.deferred = agent.session.ahead = None
+                deferred = len(b.calls)
+                ended = [(agent, b.call(agent.remote_engine.leaks), *_ending(b, agent)) for agent in live]
+            errors += [value for ok, value in cast("list[Outcome]", b.outcomes[:deferred]) if not ok]
+            for agent, _, _, readings in ended:
+                _read(agent, readings)
+            leaks = self._oopsed([leak for _, asked, _, _ in ended for leak in asked.value])
+            raise_first([reset for _, _, reset, _ in ended])
         finally:
             for agent in self.agents:
-                agent.session.known.clear()
+                errors += [error for _, error in agent.session.deferred_errors]
+                agent.session.deferred_errors.clear()
+                agent.session.deferred = agent.session.ahead = None
                 self.kernel_log.add(agent.host.name, agent.readings)
                 agent.readings = []
             self._replace_dead()
         return leaks, errors
+
+    def _ask_ahead(self, agents: Sequence[Agent]) -> None:
+        """What closing reads (every pending operation's completion, every socket's state, every process's
+        liveness), asked together, hosts at once: the replies answer those reads while ``close`` runs
+        (``Session.ahead``). An answer that changes meanwhile (an operation completes) is answered as it was;
+        closing then leaves a registration to close_socket, which releases it (R11), so nothing leaks unseen.
+        The kernel witness reads the host while the test's sockets are open, in the same round trip."""
+        for agent in agents:
+            agent.session.ahead = {}
+        with batch(self) as b:
+            for agent in agents:
+                for obj in agent.session.objects():
+                    if isinstance(obj, RemoteOperation) and obj.pending:
+                        b.call(is_done, obj)
+                    elif isinstance(obj, RemoteSocket):
+                        b.call(is_closed, obj)
+                    elif isinstance(obj, RemoteProcess):
+                        b.call(is_alive, obj)
+            readings = [(agent, b.call(agent.remote_engine.kernel_reading, "before the test's cleanup"))
+                        for agent in agents if agent.witnessed]
+        for agent, reading in readings:
+            if reading.error is not None:
+                log.warning("%s: the kernel witness could not read: %s", agent.client.where, reading.error)
 
     def end_kernel_record(self) -> None:
         """The session's end: each host's agent closes its processes and reads what the kernel still holds
@@ -422,11 +359,15 @@ class HilBackend:
                                      agent.proxy)
 
     def reset(self) -> None:
+        """Every agent reset, hosts at once (one round trip); the first reset's error raised after them."""
         self._replace_dead()
-        for agent in self.agents:
-            agent.reset()
+        with batch(self) as b:
+            ended = [(agent, *_ending(b, agent)) for agent in self.agents]
+        for agent, _, readings in ended:
+            _read(agent, readings)
             self.kernel_log.add(agent.host.name, agent.readings)
             agent.readings = []
+        raise_first([reset for _, reset, _ in ended])
 
     def close(self) -> None:
         self.lease_log.end()  # before the agents go: a record never claims more than was held

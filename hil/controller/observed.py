@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from hil.controller.declared import declared, remote
 from hil.controller.remote import Remote, RemoteNode
 from pytest_san.observed import Outcome
 
@@ -17,30 +18,38 @@ SLACK = 60.0
 reads the kernel twice and kills it before answering."""
 
 
+@declared
 class RemoteObserved(Remote):
     @property
+    @remote
     def pid(self) -> int:
         return int(self._call("describe")["pid"])
 
+    @remote
     def call(self, call: str, args: Mapping[str, object] | None = None, deadline: float = 30.0) -> Outcome:
         outcome: Outcome = self._call("call", call, dict(args or {}), deadline, timeout=deadline + SLACK)
         return outcome
 
+    @remote
     def start(self, call: str, args: Mapping[str, object] | None = None) -> int:
         return int(self._call("start", call, dict(args or {})))
 
+    @remote
     def finish(self, started: int, call: str, deadline: float = 30.0) -> Outcome:
         outcome: Outcome = self._call("finish", started, call, deadline, timeout=deadline + SLACK)
         return outcome
 
+    @remote
     def kernel(self) -> Mapping[str, Any]:
         held: Mapping[str, Any] = self._call("kernel")
         return held
 
+    @remote
     def exit(self, deadline: float = 30.0) -> Outcome:
         outcome: Outcome = self._call("exit", deadline, timeout=deadline + SLACK)
         return outcome
 
+    @remote
     def kill(self) -> None:
         self._call("kill")
 

@@ -1,14 +1,19 @@
 """A batch's calls made together (``pytest_san.batch``): each agent's calls written at once, in order, and every
-agent's replies read in one round trip; each reply becomes what the stand-in's own method returns.
+agent's replies read in one round trip.
 
-Which calls go so is ``WAYS``, keyed by the stand-ins' own methods (and ``pytest_san.batch``'s functions for a
-property's read or a call on an earlier call's operation). A call may name what an earlier call returned
-(``Later.ref``, a ``pytest_san.batch.Ref`` until the batch is made): on the same host it goes as
-``{"$r": request id}`` in the same write, the agent resolving it (a register's handle in the transfer after
-it, the transfer's operation in a wait); on another host it waits for that reply, one more round trip (a
-*wave*: a host's calls never overtake each other); a call behind a barrier (``Batch.barrier``) waits so for
-every call before it. A call this module does not send so (another method, a
-provider wrapped by a plugin) makes the whole list go one call at a time, as in-process.
+A call goes so when it is a declared remote method of a stand-in (hil/controller/declared.py: ``WAYS``, collected
+from the classes) or one of ``pytest_san.batch``'s functions on a stand-in (``READS``: a property's read, a call
+on an earlier call's operation). Its body is run to capture what it asks; the replies read, it is run again with
+them as its answers, which makes its outcome what the direct call gives. A body that asks again (``@remote_waves``,
+``connect_sockets``) asks in the next wave.
+
+A call may name what an earlier call returned (``Later.ref``, a ``pytest_san.batch.Ref`` until the batch is made):
+on the same host, in the same wave, it goes as ``{"$r": request id}`` in the same write, the agent resolving it (a
+register's handle in the transfer after it, the transfer's operation in a wait); on another host it waits for
+that reply, one more round trip (a *wave*: a host's calls never overtake each other); a call behind a barrier
+(``Batch.barrier``) waits so for every call before it. A batch holding a call on anything else (a provider
+wrapped by a plugin, a function of the test's) is made one call at a time, as in-process: that wrapper sees
+each call as it would alone.
 """
 
 from __future__ import annotations
@@ -19,18 +24,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from hil.controller.client import Outcome
-from hil.controller.remote import (
-    RemoteAllocation,
-    RemoteBuffer,
-    RemoteOperation,
-    RemoteProcess,
-    RemoteProvider,
-    RemoteProxy,
-    RemoteSocket,
-    Session,
-    as_handle,
-    as_registrations,
-)
+from hil.controller.declared import WAYS, Request, asks_once, body_of
+from hil.controller.declared import run as run_body
+from hil.controller.remote import Remote, RemoteBuffer, Session
 from pytest_san.batch import (
     Call,
     Ref,
@@ -47,295 +43,263 @@ from pytest_san.batch import (
 if TYPE_CHECKING:
     from hil.rpc.codec import Encoded
 
-Args = tuple[object, ...]
+READS: frozenset[Callable[..., Any]] = frozenset({is_alive, is_closed, is_connected, is_done, wait_for})
+"""``pytest_san.batch``'s functions whose first argument is a stand-in: each reads a declared property or calls a
+declared method of it, so it goes as that does."""
 
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """What a stand-in's call sends: the agent object (the stand-in, or a Ref to an earlier call's), the agent's
-    method and its arguments (not yet encoded), and how long its reply may take; or, when the stand-in knows
-    the answer already (a completion it keeps, a bad offset), that outcome, nothing sent."""
-
-    obj: object = None
-    method: str = ""
-    args: Args = ()
-    deadline: float | None = None
-    known: Outcome | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Way:
-    """How one stand-in method goes together: the stand-in type it is called on, its request (from the target
-    stand-in, or a ``Ref`` of the same write, and the arguments), how the reply becomes the method's outcome
-    (given the session, the target stand-in, the arguments and the reply's outcome), and the stand-in type it
-    returns (what a later call may name as its target)."""
-
-    target: type
-    request: Callable[[Any, Args], Request]
-    convert: Callable[[Session, Any, Args, Outcome], Outcome]
-    returns: type | None = None
-
-
-def _plain(session: Session, target: object, args: Args, outcome: Outcome) -> Outcome:
-    return outcome
-
-
-def _value(read: Callable[[Session, Any], object]) -> Callable[[Session, Any, Args, Outcome], Outcome]:
-    def convert(session: Session, target: object, args: Args, outcome: Outcome) -> Outcome:
-        ok, value = outcome
-        return (True, read(session, value)) if ok else outcome
-    return convert
-
-
-def _closed(session: Session, target: RemoteProvider, args: Args, outcome: Outcome) -> Outcome:
-    if args and isinstance(args[0], RemoteSocket):
-        target.closed_socket(args[0])  # the relay to the peer's host, as the stand-in's own close makes it
-    return outcome
-
-
-def _method(name: str) -> Callable[[Any, Args], Request]:
-    return lambda target, args: Request(target, name, args)
-
-
-def _completion(target: RemoteOperation | Ref, args: Args) -> Request:
-    timeout = args[0] if args else 10.0
-    if isinstance(target, RemoteOperation) and not target.pending:
-        return Request(known=(True, target.wait(0)))
-    limit = timeout + 30 if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) \
-        and 0 <= timeout < 1e9 else None
-    return Request(target, "wait", (timeout,), deadline=limit)
-
-
-def _completed(session: Session, target: RemoteOperation, args: Args, outcome: Outcome) -> Outcome:
-    ok, value = outcome
-    return (True, target.completed(value)) if ok else outcome
-
-
-def _done(target: RemoteOperation | Ref, args: Args) -> Request:
-    if isinstance(target, RemoteOperation) and not target.pending:
-        return Request(known=(True, True))
-    return Request(target, "wait", (0,))
-
-
-def _waited(session: Session, target: RemoteOperation, args: Args, outcome: Outcome) -> Outcome:
-    return (True, not target.waited(outcome))
-
-
-def _buffer(method: str, checked: Callable[..., tuple[object, int]]) -> Callable[[RemoteBuffer, Args], Request]:
-    """A buffer's read or write: checked by the stand-in (a bad offset is its error, nothing sent), then asked
-    of its process with the whole buffer, as the stand-in's own method asks."""
-
-    def request(target: RemoteBuffer, args: Args) -> Request:
-        try:
-            first, offset = checked(target, *args)
-        except (TypeError, ValueError) as exc:
-            return Request(known=(False, exc))
-        return Request(target.process, method, (target.address, target.length, first, offset))
-
-    return request
-
-
-def _state(index: int) -> Callable[[Session, Any, Args, Outcome], Outcome]:
-    def convert(session: Session, target: object, args: Args, outcome: Outcome) -> Outcome:
-        ok, value = outcome
-        return (True, bool(value[index])) if ok else outcome
-    return convert
-
-
-def _operation(session: Session, value: Any) -> object:
-    return session.obj(value, RemoteOperation)
-
-
-_OPERATION: dict[str, Callable[..., Any]] = {
-    "rdma_write": RemoteProvider.rdma_write, "rdma_read": RemoteProvider.rdma_read,
-    "send": RemoteProvider.send, "recv": RemoteProvider.recv}
-
-WAYS: dict[Callable[..., Any], Way] = {
-    RemoteProcess.alloc: Way(RemoteProcess, _method("alloc"), _value(lambda s, v: s.buffer(v)), RemoteBuffer),
-    is_alive: Way(RemoteProcess, _method("alive"), _value(lambda s, v: bool(v))),
-    RemoteBuffer.read: Way(RemoteBuffer, _buffer("buffer_read", RemoteBuffer.checked_read), _plain),
-    RemoteBuffer.write: Way(RemoteBuffer, _buffer("buffer_write", RemoteBuffer.checked_write), _plain),
-    RemoteProvider.register_memory: Way(RemoteProvider, _method("register_memory"),
-                                        _value(lambda s, v: as_handle(v))),
-    RemoteProvider.register_rdma_memory: Way(RemoteProvider, _method("register_rdma_memory"),
-                                             _value(lambda s, v: bytes(v))),
-    RemoteProvider.deregister_memory: Way(RemoteProvider, _method("deregister_memory"), _plain),
-    RemoteProvider.deregister_rdma_memory: Way(RemoteProvider, _method("deregister_rdma_memory"), _plain),
-    RemoteProvider.close_socket: Way(RemoteProvider, _method("close_socket"), _closed),
-    RemoteProvider.getsockopt: Way(RemoteProvider, _method("getsockopt"), _value(lambda s, v: int(v))),
-    RemoteProvider.registrations: Way(RemoteProvider, _method("registrations"),
-                                      _value(lambda s, v: as_registrations(v))),
-    **{fn: Way(RemoteProvider, _method(name), _value(_operation), RemoteOperation) for name, fn in _OPERATION.items()},
-    RemoteProxy.live_allocations: Way(RemoteProxy, _method("live_allocations"), _value(lambda s, v: int(v))),
-    RemoteProxy.allocate: Way(RemoteProxy, _method("allocate"), _value(lambda s, v: s.obj(v, RemoteAllocation)),
-                              RemoteAllocation),
-    RemoteProxy.free: Way(RemoteProxy, _method("free"), _plain),
-    is_connected: Way(RemoteSocket, _method("state"), _state(0)),
-    is_closed: Way(RemoteSocket, _method("state"), _state(1)),
-    RemoteOperation.done: Way(RemoteOperation, _done, _waited),
-    is_done: Way(RemoteOperation, _done, _waited),
-    RemoteOperation.wait: Way(RemoteOperation, _completion, _completed),
-    wait_for: Way(RemoteOperation, _completion, _completed),
-}
-"""The calls that go together: the stand-ins' methods, and ``pytest_san.batch``'s functions (their first
-argument the target). Only an operation may be the target of a call naming an earlier one (what a transfer
-returned, waited for in the same write)."""
-
-
-def _parts(call: Call) -> tuple[object, Way, Args] | None:
-    """The call's target, way and remaining arguments; None when it cannot go together."""
-    if call.kwargs:
-        return None
-    if inspect.ismethod(call.fn):
-        target, way, args = call.fn.__self__, WAYS.get(call.fn.__func__), call.args
-    elif call.args:
-        target, way, args = call.args[0], WAYS.get(call.fn), call.args[1:]
-    else:
-        return None
-    return None if way is None else (target, way, args)
+_NOT_ANSWERED: Outcome = (False, RuntimeError("not answered"))
 
 
 @dataclasses.dataclass
-class _Planned:
-    session: Session
-    way: Way
-    target: object  # the stand-in, or Ref(i): what call i returns
-    args: Args
-    wave: int = 0
+class _Run:
+    """One call of the batch as it is made: its body and arguments (the target first), the answers its asks got,
+    and, while a wave is written, the request it sends in it."""
+
+    body: Callable[..., Any]
+    args: tuple[object, ...]
+    after: int
+    answers: list[tuple[Request, Outcome]] = dataclasses.field(default_factory=list)
+    outcome: Outcome | None = None
+    request: Request | None = None  # sent in this wave
     rid: int | None = None
+    placeheld: int | None = None  # the call whose operation stands in as the target (of the same write)
 
 
-def _session_of(target: object) -> Session | None:
-    if isinstance(target, RemoteBuffer):
-        return target.process.session
-    session = getattr(target, "session", None)
-    return session if isinstance(session, Session) else None
-
-
-def _plan(calls: Sequence[Call]) -> list[_Planned] | None:
-    """Each call's session, way and wave; None when one of them cannot go together."""
-    planned: list[_Planned] = []
-    for call in calls:
-        parts = _parts(call)
-        if parts is None:
+def _run_of(call: Call) -> _Run | None:
+    """How ``call`` is made together; None when it cannot be."""
+    if call.kwargs:
+        return None
+    if inspect.ismethod(call.fn):
+        body = body_of(call.fn)
+        if body is None:
             return None
-        target, way, args = parts
-        session: Session | None
-        if isinstance(target, Ref):
-            if not 0 <= target.index < len(planned):
-                return None
-            source = planned[target.index]
-            if source.way.returns is not way.target:
-                return None
-            session = source.session
-        elif isinstance(target, way.target):
-            session = _session_of(target)
-        else:
-            return None
-        if session is None:
-            return None
-        wave = max((p.wave for p in planned if p.session is session), default=0)
-        for earlier in planned[:call.after]:  # behind a barrier: after every call before it
-            wave = max(wave, earlier.wave + (earlier.session is not session))
-        for index in named(list(args)) | named(target):
-            if not 0 <= index < len(planned):
-                return None
-            earlier = planned[index]
-            wave = max(wave, earlier.wave + (earlier.session is not session))
-        planned.append(_Planned(session, way, target, tuple(args), wave))
-    return planned
-
-
-def make_together(calls: Sequence[Call]) -> list[Outcome]:
-    planned = _plan(calls)
-    if planned is None:
-        return made_one_by_one(calls)
-    outcomes: list[Outcome | None] = [None] * len(calls)
-    for wave in range(max((p.wave for p in planned), default=-1) + 1):
-        _wave([i for i, p in enumerate(planned) if p.wave == wave], planned, outcomes)
-    return [outcome or (False, RuntimeError("not answered")) for outcome in outcomes]
-
-
-def _wave(indices: list[int], planned: list[_Planned], outcomes: list[Outcome | None]) -> None:
-    """Send this wave's calls (each agent's at once), then read every agent's replies; an agent that fails
-    raises AgentError once the others' replies are read."""
-    sessions: dict[int, tuple[Session, list[tuple[int, Request]]]] = {}
-    for index in indices:
-        call = planned[index]
-        failed = _failed_earlier(call, outcomes)
-        if failed is not None:  # it names a call that failed: not made, the same failure
-            outcomes[index] = failed
-            continue
-        target = call.target if _this_wave(call.target, call, planned) else _resolved(call.target, outcomes)
-        sessions.setdefault(id(call.session), (call.session, []))[1].append((index, call.way.request(target,
-                                                                                                    call.args)))
-    sent: list[tuple[Session, list[tuple[int, Request]]]] = []
-    failure: Exception | None = None
-    for session, requests in sessions.values():
-        try:
-            for index, request in requests:
-                if request.known is None:
-                    planned[index].rid = session.send_one(*_encode(session, request, planned, outcomes))
-            sent.append((session, requests))
-        except Exception as exc:
-            failure = failure or exc
-    for session, requests in sent:
-        deadlines = [r.deadline for _, r in requests if r.deadline is not None]
-        try:
-            replies = iter(session.collect(max(deadlines, default=0) or None))
-        except Exception as exc:
-            failure = failure or exc
-            continue
-        for index, request in requests:
-            call = planned[index]
-            reply = None if request.known is not None else next(replies)
-            failed = _failed_earlier(call, outcomes)
-            if failed is not None:  # it named a call of this write that failed: the same failure, as alone
-                outcomes[index] = failed
-            elif request.known is not None:
-                outcomes[index] = request.known  # answered by the stand-in: final
-            else:
-                assert reply is not None
-                outcomes[index] = call.way.convert(session, _resolved(call.target, outcomes), call.args, reply)
-    if failure is not None:
-        raise failure
-
-
-def _failed_earlier(call: _Planned, outcomes: list[Outcome | None]) -> Outcome | None:
-    """The outcome of the first call ``call`` names that failed, or None."""
-    for index in sorted(named(list(call.args)) | named(call.target)):
-        outcome = outcomes[index]
-        if outcome is not None and not outcome[0]:
-            return outcome
+        if body not in WAYS:  # declared, but on a class nobody collected: a bug, not a call to make one by one
+            raise TypeError(f"{body.__qualname__} is declared remote on a class that is not @declared")
+        return _Run(body, (call.fn.__self__, *call.args), call.after)
+    if call.fn in READS and call.args and isinstance(call.args[0], (Remote, RemoteBuffer, Ref)):
+        return _Run(call.fn, tuple(call.args), call.after)
     return None
 
 
-def _this_wave(value: object, call: _Planned, planned: list[_Planned]) -> bool:
-    return isinstance(value, Ref) and planned[value.index].wave == call.wave
+def make_together(calls: Sequence[Call]) -> list[Outcome]:
+    made = Together.of(calls)
+    if made is None:
+        return made_one_by_one(calls)
+    made.make()
+    return [run.outcome or _NOT_ANSWERED for run in made.runs]
 
 
-def _resolved(value: object, outcomes: list[Outcome | None]) -> object:
-    return resolve(value, [o or (False, RuntimeError("not answered")) for o in outcomes])
+class Together:
+    """Calls being made together: ``make()``, then each one's outcome and the wave it first asked in."""
 
+    @classmethod
+    def of(cls, calls: Sequence[Call]) -> Together | None:
+        """The calls to make together; None when one of them cannot be."""
+        runs = [_run_of(call) for call in calls]
+        if not all(runs) or any(not named(list(call.args)) <= set(range(index)) for index, call in enumerate(calls)):
+            return None  # one by one, a call naming no earlier call fails as it does in-process
+        return cls(cast(list[_Run], runs))
 
-def _encode(session: Session, request: Request, planned: list[_Planned],
-            outcomes: list[Outcome | None]) -> tuple[Encoded, str, list[Encoded]]:
-    """The request on the wire: a Ref to a call of this write as ``{"$r": id}``, of an earlier wave as its result."""
+    def __init__(self, runs: list[_Run]) -> None:
+        self.runs = runs
+        self.waves: list[int | None] = [None] * len(runs)  # the wave each call first asked in (for tests)
 
-    def encode(value: object) -> Encoded:
-        if not named(value):
-            return session.codec.encode(value)
+    def make(self) -> None:
+        wave = 0
+        while any(run.outcome is None for run in self.runs):
+            self._plan(wave)
+            self._send_and_read()
+            wave += 1
+
+    # -- a wave's requests
+
+    def _plan(self, wave: int) -> None:
+        """Each call's request in this wave, if it can go; a call that cannot go yet blocks its host's later calls
+        (or every later call, when its host is not known yet)."""
+        blocked: set[int] = set()
+        everything_blocked = False
+        for index, run in enumerate(self.runs):
+            if run.outcome is not None or run.request is not None:  # made, or asking again (_send_and_read)
+                continue
+            failed = self._failed(run)
+            if failed is not None:  # it names a call that failed: not made, the same failure
+                run.outcome = failed
+                continue
+            args = self._arguments(index, run)
+            if args is None:
+                everything_blocked = True
+                continue
+            outcome, request = run_body(run.body, args, run.answers)
+            if request is None:  # answered without asking: once what it follows is made
+                if self._ordered(index, run, None):
+                    run.outcome = outcome
+                    continue
+                session = _session_of(args[0])
+            else:
+                session = request.session
+                if not everything_blocked and id(session) not in blocked and self._ordered(index, run, session):
+                    self.waves[index] = wave
+                    run.request = request
+                    continue
+            run.placeheld = None  # not in this wave
+            if session is None:
+                everything_blocked = True
+            else:
+                blocked.add(id(session))
+        if not any(run.request is not None for run in self.runs) and any(run.outcome is None for run in self.runs):
+            raise RuntimeError("calls made together stopped: none of them could be made")  # a bug of this module
+
+    def _ask(self, run: _Run) -> None:
+        """``run``'s body again, with the answers it has: its outcome, or its next request."""
+        outcome, request = run_body(run.body, cast(tuple[object, ...], resolve(run.args, self._outcomes())),
+                                    run.answers)
+        if request is None:
+            run.outcome = outcome
+        elif asks_once(run.body):
+            run.outcome = (False, RuntimeError(f"{run.body.__qualname__} asked twice: declare it @remote_waves"))
+        else:
+            run.request = request
+
+    def _arguments(self, index: int, run: _Run) -> tuple[object, ...] | None:
+        """``run``'s arguments with what each call it names returned (a call of this write that names the result
+        of another as a reference the agent resolves stays a ``Ref``); None when its target is not known yet."""
+        target, *rest = run.args
+        if isinstance(target, Ref):
+            source = self.runs[target.index]
+            if source.outcome is not None:
+                target = source.outcome[1]
+            else:
+                standing = _placeholder(source)
+                if standing is None:
+                    return None
+                run.placeheld = target.index
+                target = standing
+        return (target, *(self._resolved(arg) for arg in rest))
+
+    def _resolved(self, value: object) -> object:
+        """``value`` with each ``Ref`` to a call made already replaced by its result."""
         if isinstance(value, Ref):
-            source = planned[value.index]
-            if outcomes[value.index] is None and source.rid is not None:
-                return {"$r": source.rid}
-            return session.codec.encode(_resolved(value, outcomes))
-        return [encode(v) for v in cast("list[object] | tuple[object, ...]", value)]  # named: a list or tuple
+            outcome = self.runs[value.index].outcome
+            return value if outcome is None else outcome[1]
+        if named(value) and (type(value) is list or type(value) is tuple):
+            items = [self._resolved(v) for v in cast("list[object] | tuple[object, ...]", value)]
+            return items if type(value) is list else tuple(items)
+        return value
 
-    obj = request.obj
-    if isinstance(obj, Ref):
-        wire: Encoded = encode(obj)
-    else:
-        assert hasattr(obj, "oid")
-        wire = obj.oid
-    return wire, request.method, [encode(a) for a in request.args]
+    def _ordered(self, index: int, run: _Run, session: Session | None) -> bool:
+        """Whether every call ``run`` names or follows (behind a barrier) is made, or is written before it in this
+        wave to ``session`` and asks nothing after."""
+        earlier = set(range(run.after)) | named(list(run.args[1:])) | named(run.args[0])
+        if run.placeheld is not None:
+            earlier.add(run.placeheld)
+        for source in (self.runs[i] for i in earlier if i < index):
+            if source.outcome is not None:
+                continue
+            if source.request is None or source.request.session is not session or not asks_once(source.body):
+                return False
+        return True
+
+    def _failed(self, run: _Run) -> Outcome | None:
+        """The outcome of the first call ``run`` names that failed, or None."""
+        for index in sorted(named(list(run.args))):
+            outcome = self.runs[index].outcome
+            if outcome is not None and not outcome[0]:
+                return outcome
+        return None
+
+    # -- writing and reading
+
+    def _send_and_read(self) -> None:
+        """Send this wave's requests (each agent's at once, in order), then read every agent's replies and run
+        each body again with its reply; an agent that fails raises AgentError once the others' are read."""
+        sessions: dict[int, tuple[Session, list[_Run]]] = {}
+        for run in self.runs:
+            if run.request is not None:
+                sessions.setdefault(id(run.request.session), (run.request.session, []))[1].append(run)
+        failure: Exception | None = None
+        sent: list[tuple[Session, list[_Run]]] = []
+        for session, runs in sessions.values():
+            try:
+                for run in runs:
+                    run.rid = session.send_one(*self._encode(session, run))
+                sent.append((session, runs))
+            except Exception as exc:
+                failure = failure or exc
+        replies: dict[int, Outcome] = {}
+        for session, runs in sent:
+            deadlines = [run.request.deadline for run in runs if run.request and run.request.deadline is not None]
+            try:
+                outcomes = session.collect(max(deadlines, default=0) or None)
+            except Exception as exc:
+                failure = failure or exc
+                continue
+            for run, reply in zip(runs, outcomes, strict=True):
+                assert run.request is not None
+                session.heard(run.request, reply)
+                replies[id(run)] = reply
+        for run in self.runs:  # each body again, in the order of the calls
+            request = run.request
+            if request is None:
+                continue
+            run.request = run.rid = None
+            heard = replies.get(id(run))
+            failed = self._failed(run)
+            if failed is not None:  # it named a call of this write that failed: the same failure, as alone
+                run.outcome = failed
+            elif heard is None:
+                run.outcome = _NOT_ANSWERED
+            else:
+                run.answers.append((request, heard))
+                run.placeheld = None
+                self._ask(run)
+        if failure is not None:
+            raise failure
+
+    def _outcomes(self) -> list[Outcome | None]:
+        return [run.outcome for run in self.runs]
+
+    def _encode(self, session: Session, run: _Run) -> tuple[Encoded, str, list[Encoded]]:
+        """The request on the wire: a ``Ref`` to a call of this write as ``{"$r": id}``."""
+
+        def encode(value: object) -> Encoded:
+            if not named(value):
+                return session.codec.encode(value)
+            if isinstance(value, Ref):
+                return {"$r": self.runs[value.index].rid}
+            return [encode(v) for v in cast("list[object] | tuple[object, ...]", value)]  # named: a list or tuple
+
+        request = run.request
+        assert request is not None
+        wire: Encoded = request.oid if run.placeheld is None else {"$r": self.runs[run.placeheld].rid}
+        return wire, request.method, [encode(a) for a in request.args]
+
+
+def _placeholder(source: _Run) -> Remote | None:
+    """What stands for ``source``'s result as a later call's target in the same write: a fresh stand-in of the
+    type its body returns, when ``source`` asks in this wave and that type is an object of its agent."""
+    if source.request is None or not asks_once(source.body):
+        return None
+    kind = _returns(source.body)
+    if kind is None:
+        return None
+    try:
+        return kind(source.request.session, -1)
+    except TypeError:  # a stand-in made with more than its session and id (a socket, a process)
+        return None
+
+
+_RETURNS: dict[Callable[..., Any], type[Remote] | None] = {}
+
+
+def _returns(body: Callable[..., Any]) -> type[Remote] | None:
+    """The stand-in type ``body`` returns, read from its annotation (once per body)."""
+    if body not in _RETURNS:
+        annotation = inspect.get_annotations(body).get("return")
+        kind = eval(annotation, body.__globals__) if isinstance(annotation, str) else annotation
+        _RETURNS[body] = kind if isinstance(kind, type) and issubclass(kind, Remote) else None
+    return _RETURNS[body]
+
+
+def _session_of(target: object) -> Session | None:
+    session = getattr(target, "session", None)
+    return session if isinstance(session, Session) else None

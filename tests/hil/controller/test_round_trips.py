@@ -400,7 +400,7 @@ def test_a_call_behind_a_barrier_follows_every_host_s_calls(sshd: Any, tmp_path:
     """``Batch.barrier``: a call on lab2 behind it is sent only once lab1's calls before it have answered (a
     second wave: the model's reads of one host after an operation waited for on another); lab1's own call behind
     it stays in the first wave, after its calls in the same write."""
-    from hil.controller.together import _plan
+    from hil.controller.together import Together
     from pytest_san import Status
 
     hosts = [sshd.host_config(name=name, engine="emulator", loopback=True,
@@ -420,14 +420,20 @@ def test_a_call_behind_a_barrier_follows_every_host_s_calls(sshd: Any, tmp_path:
             bt.barrier()
             there, here = bt.call(other.read), bt.call(dst.read)
         spent = {h: n - before[h] for h, n in backend.round_trips().items()}
-        assert [planned.wave for planned in cast(list[Any], _plan(bt.calls))] == [0, 0, 1, 0]
+        again = Together.of(bt.calls)  # the same calls made again, to see the wave each went in
+        assert again is not None
+        again.make()
+        assert again.waves == [0, 0, 1, 0]
         assert spent == {"lab1": 1, "lab2": 1}
         assert waited.value.status is Status.SUCCESS
         assert here.value == b"written!" and there.value == bytes(8)
         unfenced = Batch(backend)
         unfenced.call(one.provider.rdma_write, a, [(src, handle)], desc, 0)
         unfenced.call(other.read)
-        assert [planned.wave for planned in cast(list[Any], _plan(unfenced.calls))] == [0, 0]
+        unfenced_made = Together.of(unfenced.calls)  # made here, not by the batch
+        assert unfenced_made is not None
+        unfenced_made.make()
+        assert unfenced_made.waves == [0, 0]
         one.provider.close_socket(a)
     finally:
         backend.close()
