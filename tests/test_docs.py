@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections import Counter
 from html import unescape
 from pathlib import Path
 
@@ -47,6 +48,61 @@ def test_every_page_is_in_the_toctree() -> None:
     for page in PAGES:
         assert (DOCS / f"{page}.md").is_file(), page
         assert re.search(rf"^{re.escape(page)}$", index, re.M), f"{page} is in no toctree of docs/index.md"
+
+
+# The contents' four parts, in Diataxis order (issue 38 item 6): learning, tasks, looking up, understanding.
+CAPTIONS = ["Tutorials", "How-to guides", "Reference", "Explanation"]
+
+
+def _toctrees(index: str) -> list[tuple[str | None, list[str]]]:
+    """Each toctree of a MyST page: its caption and its entries, in order."""
+    trees: list[tuple[str | None, list[str]]] = []
+    for body in re.findall(r"^```\{toctree\}[^\n]*\n(.*?)^```[ \t]*$", index, re.M | re.S):
+        lines = [line.strip() for line in body.splitlines()]
+        caption = next((line.split(":", 2)[2].strip() for line in lines if line.startswith(":caption:")), None)
+        entries = [re.sub(r"^.*<(.+)>$", r"\1", line) for line in lines if line and not line.startswith(":")]
+        trees.append((caption, entries))
+    return trees
+
+
+def _doc_pages() -> set[str]:
+    """Every page of the docs but the index, by its name in a toctree (``reference/api``)."""
+    pages = {p.relative_to(DOCS).with_suffix("").as_posix() for p in DOCS.rglob("*.md")
+             if not any(part.startswith("_") for part in p.relative_to(DOCS).parts)}
+    return pages - {"index"}
+
+
+def _contents_problems(index: str, pages: set[str]) -> list[str]:
+    trees = _toctrees(index)
+    captions = [caption for caption, _ in trees]
+    problems = [f"the toctrees' captions are {captions}, not {CAPTIONS}"] if captions != CAPTIONS else []
+    listed = Counter(entry for _, entries in trees for entry in entries)
+    problems += [f"{page} is listed {n} times" for page, n in sorted(listed.items()) if n > 1]
+    problems += [f"{page} is in no toctree" for page in sorted(pages - set(listed))]
+    problems += [f"{page} is listed but is no page" for page in sorted(set(listed) - pages)]
+    return problems
+
+
+def test_the_contents_are_tutorials_how_tos_reference_and_explanation_each_page_once() -> None:
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    assert _contents_problems(index, _doc_pages()) == []
+    intro = index.split("```{toctree}")[0].lower()
+    assert all(part in intro for part in ("tutorial", "how-to", "reference", "explanation")), "the intro names them"
+
+
+def test_the_contents_check_finds_a_page_twice_missing_or_out_of_order() -> None:
+    index, pages = (DOCS / "index.md").read_text(encoding="utf-8"), _doc_pages()
+    assert index.rstrip().endswith("```"), "the last toctree ends the index"
+    first = _toctrees(index)[0][1][0]
+    twice = index.rstrip()[:-3] + f"{first}\n```\n"
+    assert _contents_problems(twice, pages) == [f"{first} is listed 2 times"]
+    missing = re.sub(rf"^{re.escape(first)}\n", "", index, count=1, flags=re.M)
+    assert _contents_problems(missing, pages) == [f"{first} is in no toctree"]
+    swap = {"Reference": "Explanation", "Explanation": "Reference"}
+    swapped = re.sub(r"^:caption: (Reference|Explanation)$", lambda m: f":caption: {swap[m[1]]}", index, flags=re.M)
+    assert _contents_problems(swapped, pages) == [
+        f"the toctrees' captions are {[*CAPTIONS[:2], CAPTIONS[3], CAPTIONS[2]]}, not {CAPTIONS}"]
+    assert _contents_problems(index, pages | {"orphan"}) == ["orphan is in no toctree"]
 
 
 def test_included_documents_are_included_not_copied() -> None:
