@@ -20,8 +20,8 @@ WHEEL_NEEDS = [
 SDIST_NEEDS = [
     "LICENSE", "README.md", "CHANGELOG.md", "MANIFEST.in", "tox.ini", "pyproject.toml", "pytest_san/CONTRACT.md",
     "tests/conftest.py", "tests/support/__init__.py", "tests/support/downstream_example.py", "tests/support/sshd.py",
-    "tests/pytest_san/test_examples.py", "tests/pytest_san/test_contract_doc.py", "docs/conf.py", "docs/index.md",
-    "docs/model.md",
+    "tests/pytest_san/examples/test_examples.py", "tests/pytest_san/test_contract_doc.py", "docs/conf.py",
+    "docs/index.md", "docs/model.md",
 ]
 
 

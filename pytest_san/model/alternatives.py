@@ -6,7 +6,7 @@ instead (the model's code checks ``Alternative.id`` in its active set; nothing e
 ``accepted`` names a refusal at the call *or* the emulator's answer, either is accepted, call by call: a
 call refused so changes nothing (CONTRACT.md section 4), and the model goes on from before it. Every
 other difference between a backend and the model is a bug in one of them. The table of alternatives in
-the docs (``docs/model.md``) is ``markdown_table()`` (tests/pytest_san/test_model_alternatives.py keeps
+the docs (``docs/model.md``) is ``markdown_table()`` (tests/pytest_san/model/test_alternatives.py keeps
 them in step).
 """
 

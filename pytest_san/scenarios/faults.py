@@ -146,7 +146,8 @@ NOT_MADE: dict[str, str] = {
     "in_use": "an RDMA descriptor is never in use by its own socket's operations (deregister_memory only)",
     "remote": "the peer's window's faults: judged by the bounds, access and lifetime scenarios (R3-R8)",
 }
-"""Checks of the table no case trips, and why (tests/pytest_san/test_fault_pairs.py holds the rest to SLOTS)."""
+"""Checks of the table no case trips, and why (tests/pytest_san/spi/emulator/test_fault_pairs.py holds the rest
+to SLOTS)."""
 
 
 def _compatible(a: Fault, b: Fault) -> bool:

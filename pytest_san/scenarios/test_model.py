@@ -14,7 +14,7 @@ import pytest
 
 MODEL_RULES = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R11", "R12", "R13", "R14")
 """The rules the model checks: the provider's (R9 and R10 are the switch's, P1-P5 the proxy driver's).
-tests/pytest_san/test_suite_model.py keeps this the model's own list."""
+tests/pytest_san/plugin/test_model.py keeps this the model's own list."""
 
 
 @pytest.mark.parametrize("rule", [pytest.param(rule, marks=pytest.mark.san_rule(rule), id=rule)

@@ -135,13 +135,13 @@ def test_the_projects_configuration_parses() -> None:
     assert ours.pop("run_all_tests_for") == ["*ǁ__init__"]
     assert ours.pop("links") == ["tests"]
     assert ours.pop("only_for") == {"tests/pytest_san/test_batch.py::*": "pytest_san.batch.*",
-                                    "tests/pytest_san/test_switch_round_trips.py::*": "pytest_san.switch.*",
-                                    "tests/pytest_san/test_dma_books.py::*": "pytest_san.spi.dma.*"}
+                                    "tests/pytest_san/switch/test_round_trips.py::*": "pytest_san.switch.*",
+                                    "tests/pytest_san/spi/test_dma_books.py::*": "pytest_san.spi.dma.*"}
     rules = MessageRules.from_table(ours)
     assert "SanError 1:" in rules.message_calls
     assert config["mutmut"]["pytest_add_cli_args_test_selection"] == [
         "--pyargs", "pytest_san.scenarios", "tests/pytest_san/test_batch.py",
-        "tests/pytest_san/test_switch_round_trips.py", "tests/pytest_san/test_dma_books.py"]
+        "tests/pytest_san/switch/test_round_trips.py", "tests/pytest_san/spi/test_dma_books.py"]
 
 
 def test_the_example_switchs_configuration_parses() -> None:

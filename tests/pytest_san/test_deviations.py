@@ -13,7 +13,7 @@ from pytest_san import Deviation
 from pytest_san.deviations import deviations_of
 from pytest_san.report import ConformanceReport
 
-from .test_plugin import FAKE_CONFTEST
+from .plugin.test_plugin import FAKE_CONFTEST
 
 TESTS = """
     import pytest
@@ -31,7 +31,7 @@ TESTS = """
         pass
 """
 
-# The fake backend of test_plugin.py, holding three regions a connection (as rsockets does), and declaring it.
+# The fake backend of plugin/test_plugin.py, holding three regions a connection (as rsockets does), and declaring it.
 DECLARING = FAKE_CONFTEST + """
     from pytest_san import Deviation
 

@@ -15,10 +15,10 @@ from pytest_san.known_differences import alternative, alternatives_in_effect
 from pytest_san.model import alternatives
 from pytest_san.report import ConformanceReport
 
+from .plugin.test_plugin import FAKE_CONFTEST
 from .test_deviations import TESTS
-from .test_plugin import FAKE_CONFTEST
 
-# The fake backend of test_plugin.py, holding three regions a connection, with a workaround of its own.
+# The fake backend of plugin/test_plugin.py, holding three regions a connection, with a workaround of its own.
 WORKING_AROUND = FAKE_CONFTEST + """
     from pytest_san import Deviation
 

@@ -51,6 +51,7 @@ import random
 import sys
 import types
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
@@ -1377,9 +1378,9 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=50)
     args = parser.parse_args()
-    from test_fuzz_spi import emulator_internals_agree  # type: ignore[import-not-found]
-
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the checkout, for tests/
     from pytest_san.spi.emulator import EmulatorBackend
+    from tests.pytest_san.spi.emulator.test_fuzz_spi import emulator_internals_agree
 
     run_fuzz(EmulatorBackend, max_examples=args.examples, steps=args.steps, extra_check=emulator_internals_agree)
     print(f"{args.examples} examples of up to {args.steps} steps: no invariant broken")

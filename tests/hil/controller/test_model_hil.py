@@ -1,6 +1,6 @@
 """pytest_san.model over the hil backend: emulator-engine agents behind the test sshd, every call a round trip.
 
-The same model and checks as on the emulator (tests/pytest_san/test_model_emulator.py), through the whole
+The same model and checks as on the emulator (tests/pytest_san/model/test_emulator.py), through the whole
 remote path: SSH, the agent, the controller's stand-ins. Small budgets: a run is about one round trip per
 call and per check. Real verbs: tests run there by hand or in CI's lab stage (docs/model.md).
 """

@@ -1,6 +1,6 @@
 """pytest_san.model on the emulator: it passes, it gets far, it replays by seed, and it catches broken providers.
 
-The same model runs on lab hosts (tests/hil/controller/test_model_hil.py); tests/pytest_san/test_stateful.py
+The same model runs on lab hosts (tests/hil/controller/test_model_hil.py); tests/pytest_san/model/test_stateful.py
 drives its rules with Hypothesis instead of its own seeded generator.
 """
 
@@ -26,7 +26,7 @@ from pytest_san.model.world import World
 from pytest_san.spi.checks import REFERENCE_ORDER
 from pytest_san.spi.emulator import EmulatorBackend
 from pytest_san.spi.protocols import ModelBudget
-from tests.pytest_san.test_stateful import BROKEN
+from tests.pytest_san.model.test_stateful import BROKEN
 
 
 def _quiet(_: str) -> None:

@@ -15,7 +15,7 @@ from pytest_san.model.state import Traits
 from pytest_san.spi.emulator import EmulatorBackend
 from pytest_san.spi.protocols import ModelBudget
 
-MODEL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "model.md"
+MODEL_PAGE = Path(__file__).resolve().parents[3] / "docs" / "model.md"
 MODEL = Path(alternatives.__file__).parent
 
 

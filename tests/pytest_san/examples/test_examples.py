@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import readme
 
-HERE = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parents[2]
 
 
 def test_downstream_file_passes_with_the_installed_plugin(pytester: pytest.Pytester) -> None:

@@ -18,8 +18,7 @@ from pytest_san.observed import ObservedProcess
 from pytest_san.observed_scenarios import conftest, test_nvme_rdma, test_rsockets
 from pytest_san.observed_scenarios.deviations import NVME, NVME_POOL_KEYS, RSOCKETS
 from pytest_san.spi.emulator import EmulatorBackend
-
-from .test_plugin import FAKE_CONFTEST
+from tests.pytest_san.plugin.test_plugin import FAKE_CONFTEST
 
 
 class ObservingBackend:
@@ -93,7 +92,7 @@ def test_on_the_emulator_the_scenarios_skip_and_nothing_is_declared(pytester: py
     assert report["deviations"] == []
 
 
-# The fake backend of test_plugin.py, observing rsockets, with the observed scenarios' hooks.
+# The fake backend of plugin/test_plugin.py, observing rsockets, with the observed scenarios' hooks.
 OBSERVING = FAKE_CONFTEST + """
     from pytest_san.observed_scenarios.conftest import pytest_runtest_makereport, pytest_san_deviations
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SET = ROOT / "tests" / "support" / "held_out_fourth"
 
 PARTIAL: dict[str, str] = {}

@@ -24,7 +24,7 @@ from tests.support import held_out_providers as held_out
 
 pytestmark = pytest.mark.whole_suite  # each case runs the suite in a subprocess: not in tox (tox.ini)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = held_out.__name__
 
 BUGS = {  # module -> the scenario that must catch it (issue 27's "Why": what the scenarios then missed; and one more)

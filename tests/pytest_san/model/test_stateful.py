@@ -11,7 +11,7 @@ end every socket is closed and nothing may leak (R11). Hypothesis shrinks a fail
 rule calls; the assertion says what was called, with what, and what the model expected.
 
 The model itself is documented in pytest_san/model/reference.py and transfers.py; the same
-checks run on any backend with ``pytest --pyargs pytest_san.model`` (tests/pytest_san/test_model_*.py).
+checks run on any backend with ``pytest --pyargs pytest_san.model`` (tests/pytest_san/model/).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each module of ``tests/support/held_out_switches`` is a switch an outside author
 switch, plugged in through ``pytest_san_make_switch``. A bug is run as an author runs the suite (a subprocess,
 ``-p MODULE --san-report``) on the scenario that should catch it (to its first failure), with ``--san-rules`` its
 ``BREAKS``, and must fail a rule its ``BREAKS`` names in that scenario (the example switch, which these bugs change in
-one place, passes the whole suite: ``test_switch_hook.py`` and ``switch_simple`` in the corpus). The model's run is
+one place, passes the whole suite: ``switch/test_hook.py`` and ``switch_simple`` in the corpus). The model's run is
 off throughout: it judges the provider, not the switch. A legal switch (no ``BREAKS``) runs the whole suite and
 must fail nothing.
 
@@ -31,7 +31,7 @@ from tests.support import held_out_switches
 
 pytestmark = pytest.mark.whole_suite  # each case runs the suite in a subprocess: not in tox (tox.ini)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = held_out_switches.__name__
 MIXED = "tests.support.one_node_without_rdma_read"
 

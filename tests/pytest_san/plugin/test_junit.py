@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.pytest_san.test_html_report import SAN_TESTS
+from tests.pytest_san.plugin.test_html_report import SAN_TESTS
 
 
 def run(pytester: pytest.Pytester, *args: str) -> ET.Element:

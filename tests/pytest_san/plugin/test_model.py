@@ -206,7 +206,7 @@ def test_what_the_checks_found_breaks_its_rule(category: str, rule: str) -> None
 
 def test_each_rules_model_test_shows_its_divergences_in_pytest_html(pytester: pytest.Pytester) -> None:
     pytest.importorskip("pytest_html", reason="pytest-html is not installed (the test extra has it)")
-    from tests.pytest_san.test_html_report import report_data
+    from tests.pytest_san.plugin.test_html_report import report_data
 
     result = pytester.runpytest_subprocess("--pyargs", "pytest_san.scenarios", "-k",
                                            MODEL_TESTS, "-p", "pytest_san.mutants.bugs.read_handle_writable",

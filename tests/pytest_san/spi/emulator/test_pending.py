@@ -11,7 +11,7 @@ from pytest_san.spi.emulator import EmulatorBackend
 
 @pytest.mark.parametrize("closed", ["sender", "receiver"])
 def test_a_send_waiting_for_a_receive_is_not_pending_once_a_close_completed_it(closed: str) -> None:
-    """Found by the SPI fuzz (tests/pytest_san/test_fuzz_spi.py, its emulator run) after 2f584fe stopped a
+    """Found by the SPI fuzz (tests/pytest_san/spi/emulator/test_fuzz_spi.py, its emulator run) after 2f584fe stopped a
     close from pruning the peer's queue of waiting sends: the send completed, its handle's in-use mark was
     released, yet the sender's pending() still listed it ("in_use 0, 1 users")."""
     backend = EmulatorBackend(2)
