@@ -158,15 +158,16 @@ def _plugin_env(trips: Path, delay_ms: float, off: Sequence[str]) -> dict[str, s
 
 def run_suite(inventory: Path, workdir: Path, timeout: float, python: str = sys.executable,
               label: str = "this tree", delay_ms: float = 0.0, extra: Sequence[str] = (),
-              off: Sequence[str] = ()) -> Suite:
+              off: Sequence[str] = (), targets: Sequence[str] = ("pytest_san.scenarios",)) -> Suite:
     """The suite on the lab with ``python`` (this tree's, or a baseline's own venv), its round trips counted
     by benchmarks/roundtrips.py (loaded with -p, this directory on PYTHONPATH); ``delay_ms``: every round trip
     delayed that much (benchmarks/delay.py); ``extra``: more pytest arguments (``--suite-args``); ``off``: the
-    uses of calls made together made one call at a time (benchmarks/unbatched.py, this tree only)."""
+    uses of calls made together made one call at a time (benchmarks/unbatched.py, this tree only); ``targets``:
+    what pytest runs (``--tests``: the same tests in every tree)."""
     report = workdir / "lab-report.json"
     trips = workdir / "round-trips.json"
     argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "roundtrips", "-p", "delay", "--pyargs",
-            "pytest_san.scenarios", "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}",
+            *targets, "--san-backend=hil", f"--san-inventory={inventory}", f"--san-report={report}",
             *(["-p", "unbatched"] if off else []), *extra]
     env = _plugin_env(trips, delay_ms, off)
     label = f"{label}, {delay_ms:g} ms a round trip" if delay_ms else label
@@ -189,6 +190,17 @@ def run_suite(inventory: Path, workdir: Path, timeout: float, python: str = sys.
     rounds = summarize_round_trips(json.loads(trips.read_text())) if trips.exists() else None
     outcomes = _outcomes(report)
     return Suite(took, result.returncode, summary, failed, rounds, outcomes)
+
+
+def tests_of(path: Path) -> list[str]:
+    """``--tests``' lines as ``--pyargs`` targets: ``test_x.py::test_y[id]`` -> ``pytest_san.scenarios.test_x::...``."""
+    targets = []
+    for line in path.read_text().splitlines():
+        name, sep, rest = line.strip().partition("::")
+        if not name.endswith(".py") or not sep:
+            raise SystemExit(f"{path}: {line!r} is not test_module.py::test_name[id]")
+        targets.append(f"pytest_san.scenarios.{name[:-3].replace('/', '.')}::{rest}")
+    return targets
 
 
 def _outcomes(report: Path) -> dict[str, str]:
@@ -265,7 +277,8 @@ def drop_baseline(baseline: Baseline) -> None:
 
 
 def side_by_side(inventory: Path, workdir: Path, timeout: float, baseline: Baseline, rounds: int,
-                 delay_ms: float = 0.0, extra: Sequence[str] = (), goal: float = 0.5) -> dict[str, Any]:
+                 delay_ms: float = 0.0, extra: Sequence[str] = (), goal: float = 0.5,
+                 targets: Sequence[str] = ("pytest_san.scenarios",)) -> dict[str, Any]:
     """The suite of this tree and of the baseline, alternating ``rounds`` times each against the same lab:
     medians, this tree's median over the baseline's (``goal``: at most that), and the tests whose outcome
     differs between the trees."""
@@ -275,7 +288,7 @@ def side_by_side(inventory: Path, workdir: Path, timeout: float, baseline: Basel
         for label, python in (order if i % 2 == 0 else order[::-1]):
             run_dir = workdir / f"run-{label.replace(' ', '-')}-{i}-{delay_ms:g}"
             run_dir.mkdir()
-            suite = run_suite(inventory, run_dir, timeout, python, label, delay_ms, extra)
+            suite = run_suite(inventory, run_dir, timeout, python, label, delay_ms, extra, targets=targets)
             print(f"  {label} round {i + 1}: {suite.seconds:.1f} s, exit {suite.returncode}: {suite.summary}",
                   flush=True)
             runs[label].append(suite)
@@ -560,6 +573,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--per-use", action="store_true",
                         help="what each use of calls made together saves: the suite without each (at 0 ms and "
                              "--delay-ms)")
+    parser.add_argument("--tests", type=Path, default=None, metavar="FILE",
+                        help="with --baseline: run exactly these tests in both trees (one per line, as the report "
+                             "names them inside pytest_san/scenarios: test_x.py::test_y[id]); a sample drawn in "
+                             "each tree differs once either adds a scenario")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--check", action="store_true", help="exit 1 when the ratio misses the goal")
     args = parser.parse_args(argv)
@@ -590,14 +607,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         suite: Suite | None
         delayed_suite: Suite | None = None
         extra = shlex.split(args.suite_args)
+        targets = tests_of(args.tests) if args.tests else ["pytest_san.scenarios"]
         where = inventory.resolve()
         baseline = make_baseline(args.baseline, workdir) if args.baseline else None
         if baseline is not None and not args.no_suite:
             compared = side_by_side(where, workdir, args.suite_timeout, baseline, args.rounds, 0.0, extra,
-                                    args.suite_goal)
+                                    args.suite_goal, targets)
             if args.delay_ms:
                 delayed = side_by_side(where, workdir, args.suite_timeout, baseline, args.rounds, args.delay_ms,
-                                       extra, args.suite_goal)
+                                       extra, args.suite_goal, targets)
             suite = Suite(**compared["runs"]["this tree"][-1])
         elif baseline is not None:
             suite = None
