@@ -15,7 +15,7 @@ WHEEL_NEEDS = [
     "hil/inventory/examples/README.md", "hil/inventory/examples/lab.yaml", "hil/inventory/examples/local.yaml",
     "hil/inventory/examples/ini/lab.ini", "hil/inventory/examples/ini/group_vars/all.yml",
     "hil/inventory/examples/ini/group_vars/san.yml",
-    "hil/tools/lab/README.md", "hil/tools/lab/install.sh", "hil/tools/lab/guest-init.sh",
+    "hil/lab/README.md", "hil/lab/install.sh", "hil/lab/guest-init.sh",
 ]
 SDIST_NEEDS = [
     "LICENSE", "README.md", "CHANGELOG.md", "MANIFEST.in", "tox.ini", "pyproject.toml", "pytest_san/CONTRACT.md",

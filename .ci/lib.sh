@@ -63,11 +63,11 @@ ci_install() {
     export PATH="$PWD/.venv/bin:$PATH"
     # System packages: sshd for the hil tests; qemu, rdma-core, pyverbs, perftest for the lab.
     if [[ $(id -u) -eq 0 ]]; then
-        PYTHON=.venv/bin/python sh hil/tools/lab/install.sh > ci-install.log 2>&1 || { cat ci-install.log; exit 1; }
+        PYTHON=.venv/bin/python sh hil/lab/install.sh > ci-install.log 2>&1 || { cat ci-install.log; exit 1; }
         # Debian's Chromium: the browser checks of pytest-html's report and nightly's index.html.
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >> ci-install.log 2>&1 || { cat ci-install.log; exit 1; }
     else
-        echo "ci: not root: hil/tools/lab/install.sh skipped (the sshd tests skip, and the lab stage needs its packages)" >&2
+        echo "ci: not root: hil/lab/install.sh skipped (the sshd tests skip, and the lab stage needs its packages)" >&2
     fi
 }
 

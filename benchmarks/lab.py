@@ -14,10 +14,10 @@ a. the lab's boot time: with ``--boot`` the wall time of ``san-hil lab up``; oth
    lab's state records from its start to ready (``state.json`` is last written when ``up`` marks it ready);
 b. the wall time of ``python -m pytest --pyargs pytest_san.scenarios --san-backend=hil --san-inventory=...``
    in a subprocess, with its outcome counts;
-c. RDMA write bandwidth at 64 KiB between the first two guests: the harness (``hil.tools.bandwidth.measure_harness``:
+c. RDMA write bandwidth at 64 KiB between the first two guests: the harness (``hil.measure.bandwidth.measure_harness``:
    ``pytest_san.spi.burst.rdma_write_burst`` on the public API; on a verbs host the agent's process keeps 16
    writes in flight and reposts each as the previous completes, one controller round trip per burst) against
-   ``ib_write_bw -s 65536 -n 2000 -F --report_gbits -d rxe0 -x 1`` (``hil.tools.bandwidth.measure_ib_write_bw``:
+   ``ib_write_bw -s 65536 -n 2000 -F --report_gbits -d rxe0 -x 1`` (``hil.measure.bandwidth.measure_ib_write_bw``:
    server without an address on the second guest, client with the second guest's ``san_lab_address`` on
    the first), printed as the ratio harness / ib_write_bw
    with the goal >= 0.8, PASS or MISS;
@@ -70,9 +70,9 @@ import unbatched  # noqa: E402  (benchmarks/unbatched.py)
 
 from hil.controller.backend import Agent, HilBackend  # noqa: E402
 from hil.inventory import HostConfig, load_inventory  # noqa: E402
-from hil.tools import bandwidth  # noqa: E402
-from hil.tools.bandwidth import BandwidthError, address_of, measure_harness, timed_burst  # noqa: E402
-from hil.tools.lab.state import STATE_FILE, LabState  # noqa: E402
+from hil.lab.state import STATE_FILE, LabState  # noqa: E402
+from hil.measure import bandwidth  # noqa: E402
+from hil.measure.bandwidth import BandwidthError, address_of, measure_harness, timed_burst  # noqa: E402
 from pytest_san import Access, Status, Switch  # noqa: E402
 
 SIZE = 64 * 1024

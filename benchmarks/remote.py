@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
     local = [sys.executable, "-m", "pytest", "-p", "delay", "--san-backend=hil", f"--san-inventory={inventory}",
              *passed]
-    remote = [sys.executable, "-m", "hil.tools.cli", "run", "--on", args.on, "--inventory", str(relayed),
+    remote = [sys.executable, "-m", "hil.cli", "run", "--on", args.on, "--inventory", str(relayed),
               "--timings", str(work / "timings.json"), *(["--wheel-cache", str(cache)] if cache else []),
               *(["--send-keys"] if args.send_keys else []),
               "--", *passed]

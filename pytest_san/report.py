@@ -1,14 +1,17 @@
 """Conformance bookkeeping: which rules each SAN test checked and how it ended.
 
 Kept free of pytest so it can be unit-tested on its own and merged across pytest-xdist workers
-(each worker sends ``to_dict()``; the controller ``merge``s ``from_dict`` of every worker).
+(each worker sends ``to_dict()``; the controller ``merge``s ``from_dict`` of every worker). ``load_report`` reads
+a written one back (``pytest_san.mutants.runner``, ``san-hil matrix``).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 RULE_IDS: tuple[str, ...] = tuple(f"R{i}" for i in range(1, 15)) + tuple(f"P{i}" for i in range(1, 6))
@@ -281,3 +284,14 @@ class ConformanceReport:
         extras = [f"{name} +{','.join(sorted(own - self.capabilities))}"
                   for name, own in sorted(self.node_capabilities.items()) if own - self.capabilities]
         return line + (f"  (and {'; '.join(extras)})" if extras else "")
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A report file read back (``--san-report``'s JSON, or the report.json of a run of them): the JSON object in
+    ``path``; empty when the file is missing, unreadable, not JSON or not an object (a run that died before
+    writing its report)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hil.cli.main import main
 from hil.inventory import HostConfig
-from hil.tools.cli import main
 from pytest_san.report import OUTCOMES
 from tests.support import browser
 from tests.support.lab_hosts import NAMES, pytest_env, write_inventory

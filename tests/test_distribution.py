@@ -24,9 +24,9 @@ PACKAGE_DATA = (
     "hil/inventory/examples/ini/lab.ini",
     "hil/inventory/examples/ini/group_vars/all.yml",
     "hil/inventory/examples/ini/group_vars/san.yml",
-    "hil/tools/lab/README.md",
-    "hil/tools/lab/install.sh",
-    "hil/tools/lab/guest-init.sh",
+    "hil/lab/README.md",
+    "hil/lab/install.sh",
+    "hil/lab/guest-init.sh",
     "hil/kmod/san_proxy.c",  # san_proxy.ko's sources: `lab up` builds them, a host runs `make -C` on them
     "hil/kmod/san_proxy.h",
     "hil/kmod/Kbuild",

@@ -110,7 +110,7 @@ def test_included_documents_are_included_not_copied() -> None:
     includes = {
         "contract": "../pytest_san/CONTRACT.md", "bad-input": "../pytest_san/CONTRACT.md",
         "changelog": "../CHANGELOG.md", "inventories": "../hil/inventory/examples/README.md",
-        "lab-internals": "../hil/tools/lab/README.md",
+        "lab-internals": "../hil/lab/README.md",
     }
     for page, source in includes.items():
         assert f"```{{include}} {source}" in (DOCS / f"{page}.md").read_text(encoding="utf-8"), page
@@ -173,7 +173,7 @@ def test_the_options_table_is_the_plugins_own(built: Path) -> None:
 def test_the_cli_reference_has_every_command_and_option(built: Path) -> None:
     import argparse
 
-    from hil.tools.cli import build_parser
+    from hil.cli.main import build_parser
 
     page = _text(built / "reference" / "cli.html")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", ROOT / "hil/tools/lab/README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "hil/lab/README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COUNT = re.compile(r"\b\d+ (?:passed|skipped)\b")
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 TREE = re.compile(r"\bcommit [0-9a-f]{7,40}\b")

@@ -1,6 +1,6 @@
 """The ``san_proxy`` kernel module's sources, shipped in the wheel so that a lab or a host can build them.
 
-``san-hil lab up`` builds the module out of tree for its guest kernel (:mod:`hil.tools.lab.proxy`) from a
+``san-hil lab up`` builds the module out of tree for its guest kernel (:mod:`hil.lab.proxy`) from a
 copy of :data:`SOURCES` and caches it by kernel release and :func:`source_digest`: an edited source is built
 again. On a real host: ``make -C <this folder> && insmod <this folder>/san_proxy.ko``.
 """

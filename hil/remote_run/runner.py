@@ -170,7 +170,7 @@ def _command(request: RunRequest, python: str) -> list[str]:
     argv = with_inventory(request.arguments.argv, mutants=request.mutants)
     if request.color and not request.mutants and not any(a.startswith("--color") for a in argv):
         argv = ("--color=yes", *argv)
-    head = ["-m", "hil.tools.cli", "mutants"] if request.mutants else ["-m", "pytest"]
+    head = ["-m", "hil.cli", "mutants"] if request.mutants else ["-m", "pytest"]
     return [python, *head, *argv]
 
 

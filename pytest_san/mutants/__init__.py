@@ -8,9 +8,9 @@ provider under test, through pytest-san's hooks::
 Its ``BREAKS`` names the rules the bug breaks, its docstring why the bug is realistic, and ``NEEDS`` (if any)
 the capabilities without which the bug cannot show at all (a recoded out-of-memory error needs fault
 injection to be provoked). Each module of ``pytest_san.mutants.legal`` is a variant the contract allows
-(``BREAKS`` is empty): the suite must pass it. ``san-hil mutants`` runs the suite against every entry and
-prints the kill matrix; with ``--plugin`` it runs an author's own modules, declared the same way
-(``pytest_san.mutants.plugins``).
+(``BREAKS`` is empty): the suite must pass it. ``san-hil mutants`` runs the suite against every entry
+(``pytest_san.mutants.runner``) and prints the kill matrix; with ``--plugin`` it runs an author's own modules,
+declared the same way (``pytest_san.mutants.plugins``).
 
 Every entry wraps the provider or proxy it is given and uses only the public protocols
 (``pytest_san.mutants.wrapping``), so the same corpus runs on the emulator and on lab hosts.

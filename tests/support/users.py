@@ -1,7 +1,7 @@
 """Two real users of this machine besides root, for the tests of lab hosts that several users share.
 
 ``SAN_TEST_USERS=alice,bob`` names existing users to use (each with a login shell). Otherwise, as root,
-two system accounts are made once per machine and kept, like the packages ``hil/tools/lab/install.sh``
+two system accounts are made once per machine and kept, like the packages ``hil/lab/install.sh``
 installs: ``san-test-a`` and ``san-test-b``, with no password (``*``: not locked, so sshd without PAM takes a
 key), no home and ``/bin/sh``. Without root and without that variable the tests that need them are skipped.
 """

@@ -9,7 +9,7 @@ import pytest
 
 from hil.agent import hostcheck
 from hil.agent.hostcheck import proxy_abi, proxy_status
-from hil.tools.prepare import proxy_line, render
+from hil.cli.prepare import proxy_line, render
 
 
 def _tree(tmp_path: Path, loaded: bool, device: bool) -> tuple[Path, Path]:

@@ -11,7 +11,7 @@ import pytest
 from hil.agent.engines.verbs import quirks
 from hil.controller.kernel import KernelLog
 from hil.controller.workarounds import applied_on, every_workaround, kernels, workaround
-from hil.tools.lab.reproduce import REPRODUCERS
+from hil.lab.reproduce import REPRODUCERS
 
 LOCAL = "local://?engine=emulator&loopback=1"
 SIW_6_12 = "6.12.38+deb13-amd64"

@@ -62,7 +62,7 @@ def test_a_bad_ini_line_is_one_usage_error_naming_file_and_line(pytester: pytest
 
 
 def test_san_hil_prepare_reads_ini_and_vars_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from hil.tools.cli import main
+    from hil.cli.main import main
 
     assert main(["prepare", "--inventory", str(_lab(tmp_path))]) == 0
     assert capsys.readouterr().out.startswith("localhost: ready")

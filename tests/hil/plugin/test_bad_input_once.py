@@ -86,7 +86,7 @@ def test_a_lone_verbs_host_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 def _san_hil(*args: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("san-hil")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "hil.tools.cli"]
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "hil.cli"]
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -118,7 +118,7 @@ def test_san_hil_a_revoked_host_key(sshd: SshServer, tmp_path: Path) -> None:
 
 def test_one_line() -> None:
     """san-hil's guard for what no command foresaw: an OSError's words and path, or a message's first line."""
-    from hil.tools.cli import one_line
+    from hil.cli.main import one_line
 
     assert one_line(PermissionError(13, "Permission denied", "/x/matrix.json")) == "Permission denied: /x/matrix.json"
     assert one_line(RuntimeError("host lab1: gone\nmore")) == "host lab1: gone"

@@ -196,7 +196,7 @@ def test_without_the_hil_extra_one_line_names_it(pytester: pytest.Pytester, miss
 
 def test_san_hil_without_the_hil_extra_one_line_names_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from hil.tools.cli import main
+    from hil.cli.main import main
 
     monkeypatch.setitem(sys.modules, "yaml", None)
     (tmp_path / "lab.yaml").write_text(LOCAL_YAML)

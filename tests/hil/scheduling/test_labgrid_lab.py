@@ -125,7 +125,7 @@ def test_a_killed_worker_keeps_its_place_until_the_reaper_frees_it(
     marks = tmp_path / "marks"
     marks.mkdir()
     monkeypatch.setenv("SAN_TEST_MARKS", str(marks))
-    reap = [sys.executable, "-m", "hil.tools.cli", "labgrid", "reap", "--coordinator", lab.address,
+    reap = [sys.executable, "-m", "hil.cli", "labgrid", "reap", "--coordinator", lab.address,
             "--inventory", str(inventory), "--min-age", "0"]
     with (tmp_path / "run.log").open("wb") as log:
         run = start_pytest(["-n", "2", *_args(lab, inventory), "test_hold.py"], tmp_path, log)

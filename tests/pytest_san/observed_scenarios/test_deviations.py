@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hil.tools.lab.reproduce import REPRODUCERS
+from hil.lab.reproduce import REPRODUCERS
 from pytest_san import Deviation
 from pytest_san.observed import ObservedProcess
 from pytest_san.observed_scenarios import conftest, test_nvme_rdma, test_rsockets

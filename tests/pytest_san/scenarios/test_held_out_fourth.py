@@ -26,7 +26,7 @@ pytestmark = pytest.mark.whole_suite  # the suite once per module: not in tox (t
 
 def test_the_fourth_held_out_set_is_caught_under_its_rules_and_its_legal_variants_pass(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-m", "hil.tools.cli", "mutants", "--plugin", str(SET), "--model",
+    result = subprocess.run([sys.executable, "-m", "hil.cli", "mutants", "--plugin", str(SET), "--model",
                              "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=3600, check=False)
     assert (out / "mutants.json").exists(), result.stdout[-3000:] + result.stderr[-3000:]
     data = json.loads((out / "mutants.json").read_text())

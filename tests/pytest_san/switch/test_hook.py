@@ -111,7 +111,7 @@ def test_every_switch_bug_is_caught_and_every_legal_switch_passes(tmp_path: Path
     names = ",".join(e.name for e in SWITCH_ENTRIES)
     # --focus: a bug runs its own rules' scenarios (a switch that never registers a transfer's memory keeps R11's
     # held-close scenario waiting out its timeout); every legal switch still runs the whole suite.
-    result = subprocess.run([sys.executable, "-m", "hil.tools.cli", "mutants", "--out", str(out), "--only", names,
+    result = subprocess.run([sys.executable, "-m", "hil.cli", "mutants", "--out", str(out), "--only", names,
                              "--focus"],
                             capture_output=True, text=True, timeout=1800, cwd=tmp_path, check=False)
     data = json.loads((out / "mutants.json").read_text())

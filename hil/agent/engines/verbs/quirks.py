@@ -49,7 +49,7 @@ class Workaround:
 
     @property
     def reproducer(self) -> str:
-        """The lab command that shows the bug (hil/tools/lab/reproduce.py holds one for each name)."""
+        """The lab command that shows the bug (hil/lab/reproduce.py holds one for each name)."""
         return f"san-hil lab reproduce {self.name}"
 
     def broken(self, series: tuple[int, int] | None) -> bool:

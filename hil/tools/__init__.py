@@ -1,1 +1,0 @@
-"""Command-line tools: san-hil (prepare, nightly, bandwidth, the lab)."""
