@@ -106,7 +106,9 @@ def test_the_budget_is_the_backends_unless_the_options_say(pytester: pytest.Pyte
         passed=len(MODEL_RULES))
     model = _report(pytester, "r.json")["model"]
     assert (model["sequences"], model["steps"]) == (2, 10)
-    pytester.runpytest_subprocess(*args).assert_outcomes(passed=len(MODEL_RULES))  # the emulator's own
+    # The emulator's own budget; its 10 s deadline only bounds a wrong provider's shrinking, and on a loaded
+    # machine it cut this run at 97 sequences, so a deadline no load reaches stands in for it here.
+    pytester.runpytest_subprocess(*args, "--san-model-deadline=3600").assert_outcomes(passed=len(MODEL_RULES))
     model = _report(pytester, "r.json")["model"]
     assert (model["sequences"], model["steps"], model["seeds"]) == (100, 4000, [1])
 
