@@ -70,6 +70,10 @@ def read_arguments(args: Sequence[str], cwd: Path, *, mutants: bool = False) -> 
     inventory: Path | None = None
     pushed: list[Path] = []
     words = list(args)
+    # ``san-hil mutants`` passes what follows its own ``--`` to pytest: those words are not its options, and what
+    # this adds (the default --out) goes before them.
+    end = words.index("--") if mutants and "--" in words else len(words)
+    words, passed = words[:end], words[end:]
     i = 0
     while i < len(words):
         word = words[i]
@@ -94,6 +98,7 @@ def read_arguments(args: Sequence[str], cwd: Path, *, mutants: bool = False) -> 
         report = Report("--out", (cwd / MUTANTS_DEFAULT_OUT).resolve(), f"{REPORTS_DIR}/{len(reports)}")
         reports.append(report)
         argv.append(f"--out={report.remote}")
+    argv += [word if word == "--" else _local_path(word, cwd, pushed) for word in passed]
     return RunArguments(tuple(argv), tuple(reports), _collect(pushed, cwd), inventory, _plugins(args))
 
 

@@ -202,6 +202,11 @@ def test_arguments_name_the_files_to_push_and_the_reports_to_bring_back(tmp_path
     mutants = read_arguments(["--only", "x", "--inventory", "lab.yaml"], tmp_path, mutants=True)
     assert mutants.argv == ("--only", "x", "--out=.san-reports/0/mutants")
     assert mutants.reports[0].local == tmp_path / "mutants"
+    # What follows mutants' own ``--`` is pytest's: its default --out goes before it, and an --out there is not
+    # taken for mutants' (found on an rxe lab: the appended --out made every pytest run exit 4).
+    passed = read_arguments(["--only", "x", "--", "--san-model-sequences", "0", "--out", "o"], tmp_path, mutants=True)
+    assert passed.argv == ("--only", "x", "--out=.san-reports/0/mutants", "--", "--san-model-sequences", "0",
+                           "--out", "o")
     with pytest.raises(RunError, match="outside the current directory"):
         read_arguments([str(TESTS / "conftest.py")], tmp_path)
 
