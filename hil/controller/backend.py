@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, cast
 from hil.agent.kmsg import console_trouble
 from hil.controller.client import AgentClient, Outcome
 from hil.controller.connecting import connect
-from hil.controller.declared import collected, remote_waves
+from hil.controller.declared import collected, remote, remote_waves
 from hil.controller.engine import RemoteEngine
 from hil.controller.errors import AgentError, BackendBroken
 from hil.controller.kernel import KernelLog
 from hil.controller.leases import LeaseLog, LeasePolicy, Leaser
-from hil.controller.observed import RemoteObserved, spawn_observed
+from hil.controller.observed import SPAWN_TIMEOUT, RemoteObserved
 from hil.controller.remote import RemoteNode, RemoteOperation, RemoteProcess, RemoteSocket, Session
 from hil.controller.together import make_together
 from hil.controller.workarounds import applied_on
@@ -89,7 +89,6 @@ class Agent:
         self.kernel_release = hello.get("kernel")  # the host's uname -r
         witness = hello.get("kernel_witness")  # the verbs engine reads the kernel's RDMA resource tracking
         self.witness: dict[str, Any] | None = witness if isinstance(witness, dict) else None
-        self.readings: list[dict[str, Any]] = []  # the witness's readings, as the end-of-test batch brought them
         self.workarounds = hello.get("workarounds")  # the kernel workarounds the engine applies on this host
         self.proxy = hello.get("proxy")  # which proxy driver runs there: the kernel module or the stand-in
 
@@ -99,7 +98,8 @@ class Agent:
         return self.witness is not None and not self.witness.get("unavailable")
 
     def call(self, method: str, *args: object) -> Any:
-        """A method of the agent's engine: its answer as the agent sent it (decoded JSON: arbitrary)."""
+        """A method of the agent's engine by name, for tools and tests: its answer as the agent sent it (decoded
+        JSON: arbitrary). The harness's own are ``remote_engine``'s declared methods."""
         return self.session.call(self.engine, method, *args)
 
     def close(self) -> None:
@@ -143,12 +143,9 @@ def _ending(b: Batch, agent: Agent) -> tuple[Later[None], Later[Any] | None]:
 
 
 def _read(agent: Agent, readings: Later[Any] | None) -> None:
-    if readings is None:
-        return
-    if readings.error is not None:
+    """Say so when the kernel witness's readings were lost (those it brought are ``remote_engine.readings``)."""
+    if readings is not None and readings.error is not None:
         log.warning("%s: the kernel witness's readings were lost: %s", agent.client.where, readings.error)
-    elif isinstance(readings.value, list):
-        agent.readings += readings.value
 
 
 @collected
@@ -225,11 +222,12 @@ class HilBackend:
         """A batch's calls made together, one round trip per host and wave (pytest_san.batch.Batching)."""
         return make_together(calls)
 
+    @remote
     def spawn_observed(self, node: Node, program: str) -> RemoteObserved:
         """A process running ``program`` on ``node``'s host, under observation (pytest_san.observed.Observing)."""
         if not isinstance(node, RemoteNode):
             raise TypeError(f"spawn_observed takes a node of this backend, got {node!r:.80}")
-        return spawn_observed(node, program)
+        return node.session.obj(node._call("spawn_observed", program, timeout=SPAWN_TIMEOUT), RemoteObserved)
 
     def leaks(self) -> list[Leak]:
         """What every agent still holds, all asked at once (one round trip). An agent that answers with an error
@@ -294,10 +292,13 @@ class HilBackend:
                 errors += [error for _, error in agent.session.deferred_errors]
                 agent.session.deferred_errors.clear()
                 agent.session.deferred = agent.session.ahead = None
-                self.kernel_log.add(agent.host.name, agent.readings)
-                agent.readings = []
+                self._take_readings(agent)
             self._replace_dead()
         return leaks, errors
+
+    def _take_readings(self, agent: Agent) -> None:
+        self.kernel_log.add(agent.host.name, agent.remote_engine.readings)
+        agent.remote_engine.readings = []
 
     def _ask_ahead(self, agents: Sequence[Agent]) -> None:
         """What closing reads (every pending operation's completion, every socket's state, every process's
@@ -361,12 +362,14 @@ class HilBackend:
     def reset(self) -> None:
         """Every agent reset, hosts at once (one round trip); the first reset's error raised after them."""
         self._replace_dead()
-        with batch(self) as b:
-            ended = [(agent, *_ending(b, agent)) for agent in self.agents]
+        try:
+            with batch(self) as b:
+                ended = [(agent, *_ending(b, agent)) for agent in self.agents]
+        finally:
+            for agent in self.agents:
+                self._take_readings(agent)
         for agent, _, readings in ended:
             _read(agent, readings)
-            self.kernel_log.add(agent.host.name, agent.readings)
-            agent.readings = []
         raise_first([reset for _, reset, _ in ended])
 
     def close(self) -> None:
@@ -394,7 +397,7 @@ class RemoteFaults:
 
     def fail_allocations(self, node: Node, count: int, after: int = 0) -> None:
         mine = self._node(node, "fail_allocations")
-        self._backend.agent_of(mine).call("faults", "fail_allocations", mine, count, after)
+        self._backend.agent_of(mine).remote_engine.faults("fail_allocations", mine, count, after)
 
     def drop_link(self, a: Node, b: Node) -> None:
         self._link("drop_link", a, b)
@@ -408,15 +411,15 @@ class RemoteFaults:
             # Each emulator agent is a SAN of its own: no connection joins two hosts (connect_sockets
             # refuses), so a link between them carries nothing to drop or restore.
             return
-        self._backend.agent_of(node_a).call("faults", name, node_a, node_b)
+        self._backend.agent_of(node_a).remote_engine.faults(name, node_a, node_b)
 
     def hold(self, socket: Socket) -> None:
         mine = self._socket(socket, "hold")
-        self._backend.agent_of(mine).call("faults", "hold", mine)
+        self._backend.agent_of(mine).remote_engine.faults("hold", mine)
 
     def release(self, socket: Socket) -> None:
         mine = self._socket(socket, "release")
-        self._backend.agent_of(mine).call("faults", "release", mine)
+        self._backend.agent_of(mine).remote_engine.faults("release", mine)
 
 
 # mypy checks the backend and its faults against the protocols they implement (no runtime cost).

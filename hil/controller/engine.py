@@ -15,6 +15,9 @@ class RemoteEngine(Remote):
     def __init__(self, session: Session, oid: int, nodes: list[RemoteNode]) -> None:
         super().__init__(session, oid)
         self._nodes = nodes
+        # What kernel_readings brought, until the backend takes it: kept here, so that a batch that fails on
+        # another host (and so gives no outcomes) loses none of this host's readings.
+        self.readings: list[Any] = []
 
     @property
     @local
@@ -55,11 +58,19 @@ class RemoteEngine(Remote):
         self.session.forget_unpinned()
 
     @remote
+    def faults(self, name: str, *args: object) -> None:
+        """Fault injection (capability ``"faults"``): ``name`` with its arguments (``RemoteFaults``)."""
+        self._call("faults", name, *args)
+
+    @remote
     def kernel_reading(self, at: str) -> Any:
         """The kernel witness's reading of the host's RDMA objects now, named ``at``."""
         return self._call("kernel_reading", at)
 
     @remote
     def kernel_readings(self) -> Any:
-        """The kernel witness's readings since the previous reset."""
-        return self._call("kernel_readings")
+        """The kernel witness's readings since the previous reset (added to ``readings``)."""
+        readings = self._call("kernel_readings")
+        if isinstance(readings, list):
+            self.readings += readings
+        return readings

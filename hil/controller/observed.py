@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hil.controller.declared import declared, remote
-from hil.controller.remote import Remote, RemoteNode
+from hil.controller.remote import Remote
 from pytest_san.observed import Outcome
 
 if TYPE_CHECKING:
     from pytest_san.observed import ObservedProcess
 
+SPAWN_TIMEOUT = 120.0
+"""Seconds a process under observation may take to start (``HilBackend.spawn_observed``)."""
 SLACK = 60.0
 """Seconds the controller waits beyond a call's own deadline: the agent measures a hung process for a second,
 reads the kernel twice and kills it before answering."""
@@ -52,11 +54,6 @@ class RemoteObserved(Remote):
     @remote
     def kill(self) -> None:
         self._call("kill")
-
-
-def spawn_observed(node: RemoteNode, program: str) -> RemoteObserved:
-    """A process running ``program`` on ``node``'s host, under observation."""
-    return node.session.obj(node._call("spawn_observed", program, timeout=120.0), RemoteObserved)
 
 
 # mypy checks the stand-in against its protocol (no runtime cost).

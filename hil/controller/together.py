@@ -63,6 +63,7 @@ class _Run:
     request: Request | None = None  # sent in this wave
     rid: int | None = None
     placeheld: int | None = None  # the call whose operation stands in as the target (of the same write)
+    names: frozenset[int] = frozenset()  # the calls its arguments name (``Ref``), target included
 
 
 def _run_of(call: Call) -> _Run | None:
@@ -75,9 +76,9 @@ def _run_of(call: Call) -> _Run | None:
             return None
         if body not in WAYS:  # declared, but on a class nobody collected: a bug, not a call to make one by one
             raise TypeError(f"{body.__qualname__} is declared remote on a class that is not @declared")
-        return _Run(body, (call.fn.__self__, *call.args), call.after)
+        return _Run(body, (call.fn.__self__, *call.args), call.after, names=frozenset(named(list(call.args))))
     if call.fn in READS and call.args and isinstance(call.args[0], (Remote, RemoteBuffer, Ref)):
-        return _Run(call.fn, tuple(call.args), call.after)
+        return _Run(call.fn, tuple(call.args), call.after, names=frozenset(named(list(call.args))))
     return None
 
 
@@ -96,7 +97,8 @@ class Together:
     def of(cls, calls: Sequence[Call]) -> Together | None:
         """The calls to make together; None when one of them cannot be."""
         runs = [_run_of(call) for call in calls]
-        if not all(runs) or any(not named(list(call.args)) <= set(range(index)) for index, call in enumerate(calls)):
+        if not all(runs) or any(max(run.names, default=-1) >= index
+                                for index, run in enumerate(cast(list[_Run], runs))):
             return None  # one by one, a call naming no earlier call fails as it does in-process
         return cls(cast(list[_Run], runs))
 
@@ -125,19 +127,19 @@ class Together:
             if failed is not None:  # it names a call that failed: not made, the same failure
                 run.outcome = failed
                 continue
-            args = self._arguments(index, run)
+            args = self._arguments(run)
             if args is None:
                 everything_blocked = True
                 continue
             outcome, request = run_body(run.body, args, run.answers)
-            if request is None:  # answered without asking: once what it follows is made
-                if self._ordered(index, run, None):
+            if request is None:  # answered without asking (a kept completion, a bad argument): as its host's calls
+                session = _session_of(args[0])
+                if self._ordered(run, session):
                     run.outcome = outcome
                     continue
-                session = _session_of(args[0])
             else:
                 session = request.session
-                if not everything_blocked and id(session) not in blocked and self._ordered(index, run, session):
+                if not everything_blocked and id(session) not in blocked and self._ordered(run, session):
                     self.waves[index] = wave
                     run.request = request
                     continue
@@ -151,8 +153,8 @@ class Together:
 
     def _ask(self, run: _Run) -> None:
         """``run``'s body again, with the answers it has: its outcome, or its next request."""
-        outcome, request = run_body(run.body, cast(tuple[object, ...], resolve(run.args, self._outcomes())),
-                                    run.answers)
+        args = cast(tuple[object, ...], resolve(run.args, self._outcomes())) if run.names else run.args
+        outcome, request = run_body(run.body, args, run.answers)
         if request is None:
             run.outcome = outcome
         elif asks_once(run.body):
@@ -160,9 +162,11 @@ class Together:
         else:
             run.request = request
 
-    def _arguments(self, index: int, run: _Run) -> tuple[object, ...] | None:
+    def _arguments(self, run: _Run) -> tuple[object, ...] | None:
         """``run``'s arguments with what each call it names returned (a call of this write that names the result
         of another as a reference the agent resolves stays a ``Ref``); None when its target is not known yet."""
+        if not run.names:
+            return run.args
         target, *rest = run.args
         if isinstance(target, Ref):
             source = self.runs[target.index]
@@ -186,13 +190,10 @@ class Together:
             return items if type(value) is list else tuple(items)
         return value
 
-    def _ordered(self, index: int, run: _Run, session: Session | None) -> bool:
+    def _ordered(self, run: _Run, session: Session | None) -> bool:
         """Whether every call ``run`` names or follows (behind a barrier) is made, or is written before it in this
         wave to ``session`` and asks nothing after."""
-        earlier = set(range(run.after)) | named(list(run.args[1:])) | named(run.args[0])
-        if run.placeheld is not None:
-            earlier.add(run.placeheld)
-        for source in (self.runs[i] for i in earlier if i < index):
+        for source in map(self.runs.__getitem__, (*run.names, *range(run.after))):
             if source.outcome is not None:
                 continue
             if source.request is None or source.request.session is not session or not asks_once(source.body):
@@ -201,7 +202,7 @@ class Together:
 
     def _failed(self, run: _Run) -> Outcome | None:
         """The outcome of the first call ``run`` names that failed, or None."""
-        for index in sorted(named(list(run.args))):
+        for index in sorted(run.names):
             outcome = self.runs[index].outcome
             if outcome is not None and not outcome[0]:
                 return outcome
@@ -270,6 +271,8 @@ class Together:
 
         request = run.request
         assert request is not None
+        if not run.names:  # most calls: nothing of this write to name
+            return request.oid, request.method, [session.codec.encode(a) for a in request.args]
         wire: Encoded = request.oid if run.placeheld is None else {"$r": self.runs[run.placeheld].rid}
         return wire, request.method, [encode(a) for a in request.args]
 

@@ -29,6 +29,8 @@ class FakeClient:
     def __init__(self, answer: Callable[[object, str, list[Any]], object]) -> None:
         self.answer = answer
         self.host = SimpleNamespace(name="fake")
+        self.where, self.dead = "host fake", None
+        self.gone = False  # an agent that no longer answers: collect raises
         self.written: list[tuple[object, str, list[Any]]] = []
         self.round_trips = 0
         self._unread: list[tuple[object, str, list[Any]]] = []
@@ -41,6 +43,8 @@ class FakeClient:
     def collect(self, timeout: float | None = None) -> list[Outcome]:
         pending, self._unread = self._unread, []
         self.round_trips += bool(pending)
+        if self.gone:
+            raise ConnectionError("agent gone")
         outcomes: list[Outcome] = []
         for request in pending:
             try:
@@ -87,9 +91,10 @@ def test_every_public_method_of_every_stand_in_is_declared(cls: type) -> None:
     assert any(bodies)  # a stand-in asks its agent something
 
 
-def test_connect_sockets_is_one_more_declared_entry() -> None:
-    body = body_of(HilBackend.connect_sockets)
-    assert body is not None and WAYS[body] is HilBackend
+def test_the_backends_own_remote_methods_are_declared_entries_too() -> None:
+    for method in (HilBackend.connect_sockets, HilBackend.spawn_observed):
+        body = body_of(method)
+        assert body is not None and WAYS[body] is HilBackend
 
 
 def test_a_method_left_undeclared_is_an_error_at_import() -> None:
@@ -275,3 +280,40 @@ def test_a_relay_its_hosts_reset_made_moot_is_not_sent() -> None:
     sessions[1].forget_unpinned()  # what the peer host's reset does
     providers[1].getsockopt(ends[1], 0)
     assert _methods(clients[1]) == ["getsockopt"]
+
+
+def test_a_reset_that_fails_on_one_host_keeps_the_other_hosts_readings() -> None:
+    """Every host reset in one batch: an agent that answers the reset with an error, or not at all, leaves the
+    others reset and their kernel witness's readings filed; the failure is raised after them."""
+    from hil.controller.engine import RemoteEngine
+    from hil.controller.kernel import KernelLog
+
+    def answer(obj: object, method: str, args: list[Any]) -> object:
+        if method == "reset" and obj == 2:
+            raise OSError("the reset failed")
+        return [{"at": "a test"}] if method == "kernel_readings" else None
+
+    agents = []
+    for engine in (1, 2, 3):
+        session, client = _session(answer)
+        client.gone = engine == 3
+        agents.append(SimpleNamespace(session=session, client=client, engine=engine, nodes=[], witnessed=True,
+                                      host=SimpleNamespace(name=f"lab{engine}"),
+                                      remote_engine=RemoteEngine(session, engine, [])))
+    backend = HilBackend.__new__(HilBackend)  # its agents only: a reset needs nothing else
+    backend.agents, backend.broken, backend.kernel_log = cast(Any, agents), None, KernelLog()
+    with pytest.raises(ConnectionError, match="agent gone"):
+        backend.reset()
+    assert [[m for _, m, _ in agent.client.written] for agent in agents] == [["reset", "kernel_readings"]] * 3
+    assert backend.kernel_log._pending == {"lab1": [{"at": "a test"}], "lab2": [{"at": "a test"}], "lab3": []}
+
+
+def test_spawn_observed_asks_the_node_and_gives_its_stand_in() -> None:
+    from hil.controller.observed import RemoteObserved
+    from hil.controller.remote import RemoteNode
+
+    session, client = _session(lambda obj, method, args: {"$o": 40, "type": "observed"})
+    node = RemoteNode(session, 5, "n0", {"$o": 6, "type": "provider"}, {"$o": 8, "type": "proxy"})
+    observed = HilBackend.__new__(HilBackend).spawn_observed(node, "rsockets")
+    assert client.written == [(5, "spawn_observed", ["rsockets"])]
+    assert isinstance(observed, RemoteObserved) and observed.oid == 40
