@@ -76,6 +76,7 @@ from hil.measure.bandwidth import BandwidthError, address_of, measure_harness, t
 from pytest_san import Access, Status, Switch  # noqa: E402
 
 SIZE = 64 * 1024
+SUITE = ("pytest_san.scenarios",)  # what a suite run runs, unless --tests names its tests
 ITERATIONS = 2000
 GOAL = 0.8
 MIB = 1 << 20
@@ -158,7 +159,7 @@ def _plugin_env(trips: Path, delay_ms: float, off: Sequence[str]) -> dict[str, s
 
 def run_suite(inventory: Path, workdir: Path, timeout: float, python: str = sys.executable,
               label: str = "this tree", delay_ms: float = 0.0, extra: Sequence[str] = (),
-              off: Sequence[str] = (), targets: Sequence[str] = ("pytest_san.scenarios",)) -> Suite:
+              off: Sequence[str] = (), targets: Sequence[str] = SUITE) -> Suite:
     """The suite on the lab with ``python`` (this tree's, or a baseline's own venv), its round trips counted
     by benchmarks/roundtrips.py (loaded with -p, this directory on PYTHONPATH); ``delay_ms``: every round trip
     delayed that much (benchmarks/delay.py); ``extra``: more pytest arguments (``--suite-args``); ``off``: the
@@ -278,7 +279,7 @@ def drop_baseline(baseline: Baseline) -> None:
 
 def side_by_side(inventory: Path, workdir: Path, timeout: float, baseline: Baseline, rounds: int,
                  delay_ms: float = 0.0, extra: Sequence[str] = (), goal: float = 0.5,
-                 targets: Sequence[str] = ("pytest_san.scenarios",)) -> dict[str, Any]:
+                 targets: Sequence[str] = SUITE) -> dict[str, Any]:
     """The suite of this tree and of the baseline, alternating ``rounds`` times each against the same lab:
     medians, this tree's median over the baseline's (``goal``: at most that), and the tests whose outcome
     differs between the trees."""
@@ -607,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         suite: Suite | None
         delayed_suite: Suite | None = None
         extra = shlex.split(args.suite_args)
-        targets = tests_of(args.tests) if args.tests else ["pytest_san.scenarios"]
+        targets = tests_of(args.tests) if args.tests else SUITE
         where = inventory.resolve()
         baseline = make_baseline(args.baseline, workdir) if args.baseline else None
         if baseline is not None and not args.no_suite:

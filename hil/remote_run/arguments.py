@@ -98,7 +98,7 @@ def read_arguments(args: Sequence[str], cwd: Path, *, mutants: bool = False) -> 
         report = Report("--out", (cwd / MUTANTS_DEFAULT_OUT).resolve(), f"{REPORTS_DIR}/{len(reports)}")
         reports.append(report)
         argv.append(f"--out={report.remote}")
-    argv += [word if word == "--" else _local_path(word, cwd, pushed) for word in passed]
+    argv += [_local_path(word, cwd, pushed) for word in passed]
     return RunArguments(tuple(argv), tuple(reports), _collect(pushed, cwd), inventory, _plugins(args))
 
 
